@@ -6,7 +6,9 @@ the scenario in stack a's work queues. Seed 3 run in one world: scenario 1's lat
 EipFunction invocation of a state-change lifecycle killed) resumed that lifecycle at +360 s and +3,600 s, and
 scenario 2's replay found a's EipQueue holding 3 delayed messages 30 s after its replays were handled ("the
 replayed work not handled in 30s (3 of 3)"). So the work a late sweep sends is handled as late as the sweep: every
-function's clock moved on by as much until the stack's work queues are empty again, as the replays' is."""
+function's clock moved on by as much until the stack's work queues are empty again, as the replays' is; and only once
+the work under way has settled on the present clock (a completer's claim watched for a minute, sent just before the
+scenario was quiescent, is none of the sweep's work)."""
 
 from __future__ import annotations
 
@@ -68,6 +70,7 @@ def _late_sweep(waiting: list[int]) -> tuple[list[Any], list[str]]:
     sqs = _Sqs(events, faults, waiting)
     run = object.__new__(ScenarioRun)  # (only its world's runner of stack a and the sandbox are used)
     run.world = SimpleNamespace(runners={"a": runner})  # type: ignore[assignment]
+    run.scenario = SimpleNamespace(stacks=("a",))  # type: ignore[assignment]
     run.box = SimpleNamespace(runner_faults=faults, client=lambda service: sqs)  # type: ignore[assignment]
     left = run._late_sweep(3600.0)
     return events, left
@@ -75,12 +78,14 @@ def _late_sweep(waiting: list[int]) -> tuple[list[Any], list[str]]:
 
 def test_the_work_a_late_sweep_sends_is_handled_as_late_as_the_sweep(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(world, "LATE_SWEEP_LOOK", 0.01)
-    # Given stack a's EipQueue holds a message a late sweep resumed for its first two looks, then none
-    events, left = _late_sweep([1, 1])
+    # Given stack a's work queues empty before the sweep, and its EipQueue holding a message the late sweep resumed
+    # for its first two looks after it, then none
+    events, left = _late_sweep([0, 1, 1])
 
     # Then every function's clock was moved on by the sweep's travel (not only the sweeper's), from before the sweep
     # until the queue was empty, and the sweep settled
     assert events == [
+        ("read", 0, False),
         ("armed", (("time-travel", "*", 3600.0, None),)),
         "swept",
         ("read", 1, True),
@@ -94,9 +99,53 @@ def test_the_work_a_late_sweep_sends_is_handled_as_late_as_the_sweep(monkeypatch
 def test_work_a_late_sweep_left_in_the_queues_is_told(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(world, "LATE_SWEEP_LOOK", 0.01)
     monkeypatch.setattr(world, "LATE_SWEEP_SETTLE", 0.05)
-    # Given stack a's EipQueue that never empties
-    events, left = _late_sweep([2] * 1000)
+    # Given stack a's EipQueue empty before the sweep, and never again after it
+    events, left = _late_sweep([0] + [2] * 1000)
 
     # Then the sweep's work is told unsettled, by queue, and the clocks moved back
     assert left == ["the late sweep's work (+3600 s) not handled in 0s", "a's EipQueue: 2 messages"]
     assert events[-1] == "disarmed"
+
+
+def test_the_clocks_move_for_a_late_sweep_only_once_the_work_under_way_has_settled_on_the_present_one(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(world, "LATE_SWEEP_LOOK", 0.01)
+    # Given stack a's EipQueue holding a message for the first two looks (a completer's claim watched until its
+    # invocation may have ended, or an invocation under way on the present clock), then none
+    events, left = _late_sweep([1, 1, 0, 0])
+
+    # Then the clocks were moved, and the sweep fired, only once that work was over. Seed 3's scenarios 0-1 in one
+    # world on a loaded machine: quiescent 4 s after a completion whose second delivery had met its completer's claim
+    # and sent a watch delayed 55 s (until the completer's 60 s invocation may have ended), the late sweep found that
+    # watch in a's EipQueue for its whole 30 s ("the late sweep's work (+360 s) not handled in 30s", the scenario not
+    # quiescent, and its locked address, the later late sweeps not run, judged leaked). And an invocation begun before
+    # the move, on the present clock, that meets a lifecycle the late sweep resumed (due at the sweeper's now), finds
+    # it due that far ahead and sends it again delayed by as much.
+    assert events == [
+        ("read", 1, False),
+        ("read", 1, False),
+        ("read", 0, False),
+        ("armed", (("time-travel", "*", 3600.0, None),)),
+        "swept",
+        ("read", 0, True),
+        "disarmed",
+    ]
+    assert left == []
+
+
+def test_work_under_way_that_does_not_settle_before_a_late_sweep_is_told_and_no_clock_moves(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(world, "LATE_SWEEP_LOOK", 0.01)
+    monkeypatch.setattr(world, "WORK_UNDER_WAY_SETTLE", 0.05)
+    # Given stack a's EipQueue that never empties
+    events, left = _late_sweep([2] * 1000)
+
+    # Then no clock moved and no sweep fired, and the work left is told, by queue
+    assert left == [
+        "the work under way before the late sweep (+3600 s) not settled in 0s",
+        "a's EipQueue: 2 messages",
+    ]
+    assert "swept" not in events
+    assert not any(isinstance(e, tuple) and e[0] == "armed" for e in events)

@@ -4,6 +4,8 @@ seed keeps the stories and faults it drew; and the judges excuse what they hold 
 
 from __future__ import annotations
 
+import dataclasses
+import time
 from types import SimpleNamespace
 from typing import Any
 
@@ -155,6 +157,73 @@ def test_a_replay_takes_the_oldest_distinct_messages_its_function_had_from_its_w
         ("a", "second"),
         ("a", "third"),
     ]
+
+
+class _ReplayWorld:
+    """Stack a's runner and the sandbox of a replay: its DrainQueue holds ``waiting`` messages for its first reads, then
+    none; the events say what was read (and whether the clocks were moved then), armed, sent and disarmed."""
+
+    def __init__(self, waiting: list[int]) -> None:
+        self.events: list[Any] = []
+        self._waiting = waiting
+        self._armed = False
+        self.runner = SimpleNamespace(
+            journal=_Journal([_delivered(time.time() - 60, "DrainFunction", "sqs:DrainQueue", "first")]),
+            queue=lambda queue_id: SimpleNamespace(url=f"url:{queue_id}"),
+        )
+        self.box = SimpleNamespace(runner_faults=self, client=lambda service: self)
+
+    def arm(self, faults: list[Fault], seed: int) -> None:
+        self._armed = True
+        self.events.append(("armed", tuple((f.kind, f.target, f.value) for f in faults)))
+
+    def disarm(self) -> None:
+        self._armed = False
+        self.events.append("disarmed")
+
+    def get_queue_attributes(self, QueueUrl: str, AttributeNames: list[str]) -> dict[str, Any]:
+        count = 0
+        if QueueUrl == "url:DrainQueue":
+            count = self._waiting.pop(0) if self._waiting else 0
+            self.events.append(("read", count, self._armed))
+        return {"Attributes": {"ApproximateNumberOfMessagesDelayed": str(count)}}
+
+    def send_message(self, QueueUrl: str, MessageBody: str) -> None:
+        self.events.append(("sent", MessageBody))
+        # (handled at once: the journal tells of its delivery)
+        delivered = _delivered(time.time() + 0.001, "DrainFunction", "sqs:DrainQueue", MessageBody)
+        self.runner.journal._invocations.append(dataclasses.replace(delivered, records=(f"m-{MessageBody}",)))
+
+
+def test_the_clocks_move_for_a_replay_only_once_the_work_under_way_has_settled_on_the_present_one() -> None:
+    # Given stack a's DrainQueue holding a message for the first two looks (a completer's claim watched until its
+    # invocation may have ended, or an invocation under way on the present clock), then none
+    replay = _ReplayWorld([1, 1, 0])
+    outages = Outages(
+        box=replay.box,  # type: ignore[arg-type]
+        runners={"a": replay.runner},  # type: ignore[dict-item]
+        owners={"a": "chaos-a"},
+        stacks=("a",),
+        faults=(Fault("r1", "work-replay", "DrainFunction", limit=1, value=3600.0),),
+        armed=time.monotonic(),
+        budget=("nodecycle", "nodecycle-budget", "budget.json"),
+    )
+
+    # When the replay is sent
+    left = outages.replay()
+
+    # Then the clocks moved only once that work was over (hours later it would be: a message still waiting out its
+    # delay is none of the replay's, and an invocation begun before the move would run on the present clock and meet
+    # what the moved ones changed), and the replay settled
+    assert replay.events[:4] == [
+        ("read", 1, False),
+        ("read", 1, False),
+        ("read", 0, False),
+        ("armed", (("time-travel", "*", 3600.0),)),
+    ]
+    assert ("sent", "first") in replay.events
+    assert replay.events[-1] == "disarmed"
+    assert left == []
 
 
 def _key(function: str) -> str:

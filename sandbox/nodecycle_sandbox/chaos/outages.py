@@ -39,6 +39,11 @@ LOOK = 0.25  # seconds between two looks at what is due
 WORK_QUEUES = {"DrainFunction": "DrainQueue", "EipFunction": "EipQueue", "WakeFunction": "WakeQueue"}
 THIRD_WRITER_ANNOTATION = "backup.example.com/last-seen"
 REPLAY_SETTLE = 30.0  # seconds a replay's deliveries (and what they send on) have to be handled
+# Seconds the work under way has to settle, on the present clock, before the world moves every function's clock on
+# (a replay hours later, a late sweep). The longest a quiet stack's work waits: a second delivery of a completion that
+# meets the completer's claim sends a watch of it delayed until the completer's invocation may have ended (the engine's
+# claim_ends: the functions' 60 s timeout in template.yaml), a minute that outlives the action completed meanwhile.
+WORK_UNDER_WAY_SETTLE = 90.0
 
 
 @dataclass
@@ -223,6 +228,12 @@ class Outages:
             self.notes.append(f"work-replay: no message of {fault.target} to replay")
             return []
         sqs = self.box.client("sqs")
+        # (hours later, the work under way now is long over: it ends on the present clock first, see settle_work)
+        if waiting := settle_work(sqs, self.runners, self.stacks, WORK_UNDER_WAY_SETTLE):
+            return [
+                f"the work under way before the replay not settled in {WORK_UNDER_WAY_SETTLE:.0f}s",
+                *waiting,
+            ]
         faults = self.box.runner_faults
         faults.arm([Fault("replay", "time-travel", "*", value=fault.value)], seed=0)
         try:
@@ -291,6 +302,29 @@ def work_waiting(sqs: Any, runners: dict[str, Runner], stacks: set[str] | tuple[
         for queue_id in sorted(set(WORK_QUEUES.values()))
         if (total := _messages(sqs, runners[stack].queue(queue_id).url))
     ]
+
+
+def settle_work(
+    sqs: Any,
+    runners: dict[str, Runner],
+    stacks: set[str] | tuple[str, ...],
+    timeout: float,
+    look: float = LOOK,
+) -> list[str]:
+    """Wait until the ``stacks``' work queues are empty (``work_waiting``), up to ``timeout`` seconds; what they still
+    hold then (empty: settled).
+
+    Before the world moves the functions' clocks on, the work under way must be over: an invocation begun before the
+    move runs on the present clock to its end, and one that meets a lifecycle a moved function changed (a step resumed
+    by a late sweep, due at the sweeper's now) finds it due that far ahead and sends it again delayed by as much; and a
+    message already waiting out its delay (a completer's claim watched for a minute) is none of the moved work's, yet
+    would be judged as its own by a wait shorter than that delay."""
+    deadline = time.monotonic() + timeout
+    while waiting := work_waiting(sqs, runners, stacks):
+        if time.monotonic() > deadline:
+            return waiting
+        time.sleep(look)
+    return []
 
 
 def _messages(sqs: Any, url: str) -> int:

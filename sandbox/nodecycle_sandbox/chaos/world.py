@@ -29,7 +29,7 @@ from nodecycle_sandbox.aws.control import SANDBOX_ACCOUNT
 from nodecycle_sandbox.aws.group import AutoScalingGroup, GroupSpec, HookSpec
 from nodecycle_sandbox.aws.notifications import forged_hook_notification
 from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING, ActionRecord, InstanceHistory
-from nodecycle_sandbox.chaos.outages import Outages, work_waiting
+from nodecycle_sandbox.chaos.outages import WORK_UNDER_WAY_SETTLE, Outages, settle_work
 from nodecycle_sandbox.chaos.plan import Forgery, Scenario
 from nodecycle_sandbox.faults import WORLD_KINDS, Fault, Firing
 from nodecycle_sandbox.kube import HistoryEntry, KubeServer
@@ -1035,9 +1035,19 @@ class ScenarioRun:
         queues are empty again, as a replay's (outages.py). A step the sweep resumes is due at the sweeper's now:
         handled by functions whose clocks had not moved, it was due that far ahead, and they sent it again
         delayed (SQS's 900 s at most, then again), messages that outlived the scenario and came due in the next
-        ones (seed 3's scenario 2 found them in a's EipQueue after its replays). What did not settle in time."""
+        ones (seed 3's scenario 2 found them in a's EipQueue after its replays). So the clocks move only once the
+        work under way has settled on the present one (outages.settle_work): ``travel`` seconds later it is over, and
+        a message waiting out a delay of its own (a completer's claim watched for a minute) is not the sweep's to
+        settle in LATE_SWEEP_SETTLE. What did not settle in time."""
         runner = self.world.runners["a"]
         sqs = self.box.client("sqs")
+        runners, stacks = self.world.runners, self.scenario.stacks
+        if waiting := settle_work(sqs, runners, stacks, WORK_UNDER_WAY_SETTLE, LATE_SWEEP_LOOK):
+            return [
+                f"the work under way before the late sweep (+{travel:.0f} s) not settled in "
+                f"{WORK_UNDER_WAY_SETTLE:.0f}s",
+                *waiting,
+            ]
         self.box.runner_faults.arm([Fault("sweep-grace", "time-travel", "*", value=travel)], seed=0)
         before = len(runner.journal.invocations("SweeperFunction"))
         runner.fire_schedule("SweeperFunction")
@@ -1045,14 +1055,11 @@ class ScenarioRun:
             self._wait(
                 lambda: len(runner.journal.invocations("SweeperFunction")) > before, 60, "the late sweep"
             )
-            deadline = time.monotonic() + LATE_SWEEP_SETTLE
-            while waiting := work_waiting(sqs, self.world.runners, ("a",)):
-                if time.monotonic() > deadline:
-                    return [
-                        f"the late sweep's work (+{travel:.0f} s) not handled in {LATE_SWEEP_SETTLE:.0f}s",
-                        *waiting,
-                    ]
-                time.sleep(LATE_SWEEP_LOOK)
+            if waiting := settle_work(sqs, runners, ("a",), LATE_SWEEP_SETTLE, LATE_SWEEP_LOOK):
+                return [
+                    f"the late sweep's work (+{travel:.0f} s) not handled in {LATE_SWEEP_SETTLE:.0f}s",
+                    *waiting,
+                ]
             return []
         finally:
             self.box.runner_faults.disarm()
