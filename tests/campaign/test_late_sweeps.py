@@ -53,18 +53,29 @@ class _Sqs:
         return {"Attributes": {"ApproximateNumberOfMessagesDelayed": str(count)}}
 
 
-def _late_sweep(waiting: list[int]) -> tuple[list[Any], list[str]]:
+def _late_sweep(waiting: list[int], queued: int = 0) -> tuple[list[Any], list[str]]:
+    """The late sweep of a fake world; ``queued``: older sweeps queued behind the sweeper's concurrency of one, which
+    end, one a look, after it is fired and before it does."""
     events: list[Any] = []
     faults = _Faults(events)
-    sweeps: list[str] = []
+    ended: list[SimpleNamespace] = []  # the sweeps' invocations, as the journal tells them once they end
+    behind: list[str] = []
 
-    def fire(function: str) -> None:
-        sweeps.append(function)
+    def fire(function: str) -> str:
+        behind.extend(f"older-{n}" for n in range(queued))
+        behind.append("late")
         events.append("swept")
+        return "late"
+
+    def invocations(function: str) -> list[SimpleNamespace]:
+        if behind:
+            ended.append(SimpleNamespace(event={"id": behind.pop(0)}))
+            events.append(("ended", ended[-1].event["id"]))
+        return list(ended)
 
     runner = SimpleNamespace(
         fire_schedule=fire,
-        journal=SimpleNamespace(invocations=lambda function: list(sweeps)),
+        journal=SimpleNamespace(invocations=invocations),
         queue=lambda queue_id: SimpleNamespace(url=f"url:{queue_id}"),
     )
     sqs = _Sqs(events, faults, waiting)
@@ -88,6 +99,7 @@ def test_the_work_a_late_sweep_sends_is_handled_as_late_as_the_sweep(monkeypatch
         ("read", 0, False),
         ("armed", (("time-travel", "*", 3600.0, None),)),
         "swept",
+        ("ended", "late"),
         ("read", 1, True),
         ("read", 1, True),
         ("read", 0, True),
@@ -128,6 +140,7 @@ def test_the_clocks_move_for_a_late_sweep_only_once_the_work_under_way_has_settl
         ("read", 0, False),
         ("armed", (("time-travel", "*", 3600.0, None),)),
         "swept",
+        ("ended", "late"),
         ("read", 0, True),
         "disarmed",
     ]
@@ -149,3 +162,27 @@ def test_work_under_way_that_does_not_settle_before_a_late_sweep_is_told_and_no_
     ]
     assert "swept" not in events
     assert not any(isinstance(e, tuple) and e[0] == "armed" for e in events)
+
+
+def test_a_late_sweep_waits_for_its_own_sweep_not_an_older_one_that_ends_meanwhile(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(world, "LATE_SWEEP_LOOK", 0.01)
+    # Given two older scheduled sweeps queued behind the sweeper's concurrency of one (the schedule's every 12 s, and
+    # the final sweep's, on a loaded machine), which end after the late sweep is fired and before it does
+    events, left = _late_sweep([0, 0], queued=2)
+
+    # Then the late sweep's work is judged only once its own sweep has ended: an older one's end is not it (seed 3's
+    # scenario 1 in one world: the final sweep, "the last word with no fault", ran as late as the late sweep, 364 s,
+    # after the world had counted an older one's end as its own and judged the scenario quiescent)
+    assert events == [
+        ("read", 0, False),
+        ("armed", (("time-travel", "*", 3600.0, None),)),
+        "swept",
+        ("ended", "older-0"),
+        ("ended", "older-1"),
+        ("ended", "late"),
+        ("read", 0, True),
+        "disarmed",
+    ]
+    assert left == []

@@ -136,6 +136,17 @@ def lifecycle_outcome(item: Callable[[str], dict[str, Any] | None], action: Acti
     return None
 
 
+def swept(runner: Runner, fired: str | None, before: int) -> bool:
+    """Whether the sweep of the scheduled event ``fired`` (its id) has ended: its invocation is in the journal. Not any
+    sweep's end since: the sweeper runs one at a time, and the schedule's ticks queued behind a slow sweep (every
+    SWEEP_INTERVAL, retried while throttled, as Lambda retries an asynchronous invocation) end first, one by one. An
+    event without an id (a target's Input): any sweep ended since ``before`` were counted."""
+    ended = runner.journal.invocations("SweeperFunction")
+    if fired is None:
+        return len(ended) > before
+    return any(isinstance(i.event, dict) and i.event.get("id") == fired for i in ended)
+
+
 def _item(dynamodb: Any, table: str, key: str) -> dict[str, Any] | None:
     found: dict[str, Any] | None = dynamodb.get_item(TableName=table, Key={"id": {"S": key}}).get("Item")
     return found
@@ -783,8 +794,8 @@ class ScenarioRun:
 
     def _sweep(self, runner: Runner) -> None:
         before = len(runner.journal.invocations("SweeperFunction"))
-        runner.fire_schedule("SweeperFunction")
-        self._wait(lambda: len(runner.journal.invocations("SweeperFunction")) > before, 60, "a sweep")
+        fired = runner.fire_schedule("SweeperFunction")
+        self._wait(functools.partial(swept, runner, fired, before), 60, "a sweep")
 
     # -- quiescence -----------------------------------------------------------------------------------
 
@@ -1050,11 +1061,9 @@ class ScenarioRun:
             ]
         self.box.runner_faults.arm([Fault("sweep-grace", "time-travel", "*", value=travel)], seed=0)
         before = len(runner.journal.invocations("SweeperFunction"))
-        runner.fire_schedule("SweeperFunction")
+        fired = runner.fire_schedule("SweeperFunction")
         try:
-            self._wait(
-                lambda: len(runner.journal.invocations("SweeperFunction")) > before, 60, "the late sweep"
-            )
+            self._wait(functools.partial(swept, runner, fired, before), 60, "the late sweep")
             if waiting := settle_work(sqs, runners, ("a",), LATE_SWEEP_SETTLE, LATE_SWEEP_LOOK):
                 return [
                     f"the late sweep's work (+{travel:.0f} s) not handled in {LATE_SWEEP_SETTLE:.0f}s",

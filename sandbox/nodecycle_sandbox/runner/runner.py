@@ -387,10 +387,11 @@ class Runner:
             source.start()
             self._sources.append(source)
 
-    def fire_schedule(self, function: str, name: str | None = None) -> None:
-        """Fire a function's schedule now (the first one, or the one called `name`)."""
+    def fire_schedule(self, function: str, name: str | None = None) -> str | None:
+        """Fire a function's schedule now (the first one, or the one called `name`); the id of the event sent (see
+        `Schedules.fire`)."""
         assert self._schedules is not None, "the runner is not started"
-        self._schedules.fire(self.functions[function], name)
+        return self._schedules.fire(self.functions[function], name)
 
     def invoke(self, function: str, event: Any) -> InvocationResult:
         """A synchronous (RequestResponse) invocation, recorded in the journal as "direct"."""

@@ -67,7 +67,10 @@ class Schedules:
                 thread.start()
                 self._threads.append(thread)
 
-    def fire(self, spec: FunctionSpec, name: str | None = None) -> None:
+    def fire(self, spec: FunctionSpec, name: str | None = None) -> str | None:
+        """Fire ``spec``'s schedule now; the id of the event sent (None: a target's ``Input``, which has none), by which
+        its invocation is told from the others' in the journal (a sweeper's ticks queue behind its concurrency of one,
+        and an older one may end first)."""
         trigger = next(t for t in spec.schedules if name is None or t.name == name)
         if trigger.input:
             event: Any = json.loads(trigger.input)  # a target's Input replaces the event
@@ -81,6 +84,8 @@ class Schedules:
                 detail={},
             )
         self._submit(spec, event, f"schedule:{trigger.name}")
+        fired = event.get("id") if isinstance(event, dict) else None
+        return fired if isinstance(fired, str) else None
 
     def _tick(self, spec: FunctionSpec, name: str, interval: float) -> None:
         while not self._stopping.wait(interval):

@@ -114,11 +114,12 @@ def test_a_schedule_fires_on_demand_and_at_its_sandbox_interval(make_runner: Mak
     runner = make_runner(TEMPLATE, {"intake": INTAKE, "sweeper": SWEEPER}, schedule_interval=0.3)
 
     # When some time passes, and the schedule is also fired by hand
-    runner.fire_schedule("Sweeper")
+    fired = runner.fire_schedule("Sweeper")
     runner.journal.wait_until(lambda: len(runner.journal.invocations("Sweeper")) >= 3, timeout=5)
 
-    # Then the sweeper got scheduled events
+    # Then the sweeper got scheduled events, the one fired by hand told by the id fire_schedule gave
     invocation = runner.journal.invocations("Sweeper")[0]
     assert (invocation.source, invocation.response) == ("schedule:Sweep", "Scheduled Event")
     assert invocation.event["source"] == "aws.events"
+    assert [i.event["id"] for i in runner.journal.invocations("Sweeper")].count(fired) == 1
     assert runner.functions["Sweeper"].schedules[0].interval == 300
