@@ -1,5 +1,12 @@
 """The HTTP(S) transport: a threaded HTTP/1.1 server with keep-alive, TLS handshakes off the accept thread,
-and a clean stop that also closes idle keep-alive connections."""
+and a clean stop that also closes idle keep-alive connections.
+
+Between the client and it, a load balancer as EKS puts before its API servers (a Network Load Balancer): a
+connection idle longer than its idle timeout (350 s for TCP and TLS listeners, "the connection is closed":
+Elastic Load Balancing, "Update the TCP idle timeout for your Network Load Balancer listener") is forgotten
+silently, no FIN to either end, so the client's pool still holds it as open and sends its next request on it.
+That request never reaches the API server: the client meets a reset (RST), or, through a hop that drops what it
+no longer tracks, no answer until its read timeout. See KubeHTTPServer.drop_idle_flows."""
 
 from __future__ import annotations
 
@@ -8,6 +15,7 @@ import logging
 import select
 import socket
 import ssl
+import struct
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -22,12 +30,16 @@ logger = logging.getLogger(__name__)
 
 _HANDSHAKE_TIMEOUT = 10.0
 _HANG_POLL = 0.5  # seconds: how often a hung request looks whether its client or the server gave up
+# The load balancer's idle timeout (a Network Load Balancer's, for TCP and TLS listeners: 350 s)
+FLOW_IDLE_TIMEOUT = 350.0
+# What becomes of a request sent on a flow the load balancer forgot: "reset" (an RST), or "blackhole" (nothing)
+DROPS = ("reset", "blackhole")
 
 
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, so urllib3 pools and Go's transport reuse connections
     server: KubeHTTPServer
-    timeout = 300  # an idle keep-alive connection is closed after this many seconds
+    timeout = 300  # a read or write within a request that takes longer fails (an idle connection: see _idle)
 
     def setup(self) -> None:
         if isinstance(self.request, ssl.SSLSocket):
@@ -39,6 +51,55 @@ class _Handler(BaseHTTPRequestHandler):
     def finish(self) -> None:
         self.server.untrack(self.request)
         super().finish()
+
+    def handle_one_request(self) -> None:
+        drop = self._idle()
+        if drop is None:
+            try:
+                super().handle_one_request()
+            finally:
+                self.server.idle(self.request)
+            return
+        # The flow was forgotten while idle: the request sent on it never reaches the API server
+        self.close_connection = True
+        if drop == "blackhole":
+            self._swallow()
+            self._hang_up()
+        else:
+            self._reset()
+
+    def _idle(self) -> str | None:
+        """Wait while the connection is idle, until its client sends its next request (or closes it); what the
+        load balancer did meanwhile: None (the flow still tracked), or how it drops the flow (see DROPS)."""
+        since = time.monotonic()
+        while True:
+            try:
+                readable, _, _ = select.select([self.request], [], [], _HANG_POLL)
+            except (OSError, ValueError):  # closed under us (the server stops)
+                readable = [self.request]
+            if time.monotonic() - since > self.server.flow_idle_timeout:
+                self.server.drop(self.request, "reset")
+            if readable:
+                return self.server.busy(self.request)
+
+    def _swallow(self) -> None:
+        """Take whatever the client sends, answer nothing, until it closes the connection (its read timeout) or
+        the server stops (it shuts every connection down)."""
+        while True:
+            try:
+                readable, _, _ = select.select([self.request], [], [], _HANG_POLL)
+                if readable and not self.request.recv(65536):
+                    return
+            except (OSError, ValueError):  # reset, or closed under us
+                return
+
+    def _reset(self) -> None:
+        """Close with an RST, as a load balancer answers a segment of a flow it no longer tracks."""
+        try:
+            self.request.setsockopt(socket.SOL_SOCKET, socket.SO_LINGER, struct.pack("ii", 1, 0))
+            self.request.close()
+        except OSError:
+            logger.debug("connection already closed", exc_info=True)
 
     def do_GET(self) -> None:
         self._serve()
@@ -139,6 +200,8 @@ class _Handler(BaseHTTPRequestHandler):
         self.send_header("Cache-Control", "no-cache, private")
         self.end_headers()
         self.server.router.sent(data)  # counted first: a client that got the answer finds it counted
+        # idle from here, as its client sees it: a test that drops idle flows once it has the answer drops this one
+        self.server.idle(self.request)
         self.wfile.write(data)
 
     def date_time_string(self, timestamp: float | None = None) -> str:
@@ -189,6 +252,9 @@ class KubeHTTPServer(ThreadingHTTPServer):
         self._ssl_context = ssl_context
         self._connections: set[socket.socket] = set()
         self._connections_lock = threading.Lock()
+        self.flow_idle_timeout = FLOW_IDLE_TIMEOUT
+        self._busy: set[socket.socket] = set()  # connections serving a request (the others are idle)
+        self._dropped: dict[socket.socket, str] = {}  # flows the load balancer forgot, and how it drops them
         # Connections accepted so far: each one a client did not reuse costs it a TCP and a TLS handshake with a real
         # API server (EKS's endpoint), where the sandbox's are free
         self.accepted = 0
@@ -212,6 +278,38 @@ class KubeHTTPServer(ThreadingHTTPServer):
     def untrack(self, sock: socket.socket) -> None:
         with self._connections_lock:
             self._connections.discard(sock)
+            self._busy.discard(sock)
+            self._dropped.pop(sock, None)
+
+    def busy(self, sock: socket.socket) -> str | None:
+        """The connection's client sent a request: how the load balancer drops it (see DROPS), or None, and then
+        the connection is serving it."""
+        with self._connections_lock:
+            how = self._dropped.get(sock)
+            if how is None:
+                self._busy.add(sock)
+            return how
+
+    def idle(self, sock: socket.socket) -> None:
+        """The connection answered its request (or failed to): idle until its client sends another."""
+        with self._connections_lock:
+            self._busy.discard(sock)
+
+    def drop(self, sock: socket.socket, how: str) -> None:
+        with self._connections_lock:
+            self._dropped.setdefault(sock, how)
+
+    def drop_idle_flows(self, how: str = "reset") -> int:
+        """The load balancer forgets every connection idle now, as after an idle timeout's worth of silence (a
+        Lambda container frozen between invocations): the next request on each meets ``how`` (see DROPS). How many
+        it forgot."""
+        if how not in DROPS:
+            raise ValueError(f"how a flow is dropped: one of {', '.join(DROPS)}, not {how!r}")
+        with self._connections_lock:
+            idle = self._connections - self._busy
+            for sock in idle:
+                self._dropped.setdefault(sock, how)
+            return len(idle)
 
     def close_connections(self) -> None:
         """Wake every connection thread blocked on an idle keep-alive socket, so stop() leaves nothing behind."""

@@ -577,6 +577,14 @@ class KubeServer:
         and a TLS handshake each with a real API server."""
         return 0 if self._httpd is None else self._httpd.accepted
 
+    def drop_idle_flows(self, how: str = "reset") -> int:
+        """The load balancer before the API server (EKS's Network Load Balancer) forgets every connection idle now,
+        as its idle timeout (350 s) does: the client is not told, and its next request on one never reaches the
+        API server; it meets a reset (``how="reset"``), or no answer until it gives up (``"blackhole"``). What a
+        Lambda container frozen between invocations for minutes meets at its first call. How many it forgot."""
+        assert self._httpd is not None, "the server is not started"
+        return self._httpd.drop_idle_flows(how)
+
     def reset_counters(self) -> None:
         """Start the request and byte counts over."""
         self._counters.reset()

@@ -272,3 +272,35 @@ def test_rbac_refuses_a_verb_for_a_while_as_the_authorizer_words_it(server: Kube
     )
     assert kube.core.read_node(node_name(0, 10)).metadata.labels.get("a") is None
     assert kube.core.read_node(node_name(0, 10)).metadata.labels["c"] == "d"
+
+
+def _read_node_once(kube: Kube, server: KubeServer, timeout: float = 5.0) -> int:
+    """One GET of the node, not sent again by the client whatever befalls it; its status."""
+    headers = {"Authorization": f"Bearer {server.token()}"}
+    url = f"{server.url}/api/v1/nodes/{node_name(0, 10)}"
+    pool = kube.api_client.rest_client.pool_manager
+    response = pool.request("GET", url, headers=headers, retries=False, timeout=timeout)
+    return int(response.status)
+
+
+@pytest.mark.parametrize("how", ["reset", "blackhole"])
+def test_a_flow_the_load_balancer_forgot_fails_the_next_request_unserved(
+    server: KubeServer, kube: Kube, how: str
+) -> None:
+    # Given a client whose pooled connection went idle past the load balancer's idle timeout (no FIN: the client's
+    # check before reuse finds it open)
+    server.seed({"nodes": nodes_seed(1)})
+    assert _read_node_once(kube, server) == 200
+    opened = server.connections_opened()
+    assert server.drop_idle_flows(how) == 1
+    server.reset_counters()
+
+    # When it sends its next request on it, Then it meets a reset, or no answer until its read timeout
+    with pytest.raises(HTTPError):
+        _read_node_once(kube, server, timeout=1.0)
+    # ...and the API server never saw it; a new connection is served
+    assert server.counters() == {}
+    assert _read_node_once(kube, server) == 200
+    assert server.connections_opened() == opened + 1
+    with pytest.raises(ValueError, match="reset, blackhole"):
+        server.drop_idle_flows("close")
