@@ -17,10 +17,13 @@ import tempfile
 import threading
 import time
 from collections.abc import Callable
-from typing import TYPE_CHECKING, Any
+from types import TracebackType
+from typing import TYPE_CHECKING, Any, Self
 
 from kubernetes.client import ApiClient, Configuration, rest
-from urllib3.exceptions import MaxRetryError, NewConnectionError, SSLError
+from urllib3 import BaseHTTPResponse
+from urllib3.connectionpool import ConnectionPool
+from urllib3.exceptions import MaxRetryError, NewConnectionError, ReadTimeoutError, SSLError
 from urllib3.util.retry import Retry
 
 from nodecycle import __version__
@@ -36,16 +39,49 @@ TOKEN_PREFIX = "k8s-aws-v1."
 CLUSTER_ID_HEADER = "x-k8s-aws-id"
 TOKEN_REFRESH_SECONDS = 10 * 60  # EKS honours a token for 15 minutes
 REQUEST_TIMEOUT = (5, 20)  # connect, read (seconds) for every Kubernetes call
-# What the client may send again by itself: a request whose connection could not be made, once. Not a read
-# that timed out, nor a 429 or 503 after its Retry-After: urllib3's default sends an idempotent request up to
-# four times, sleeping out each Retry-After (up to 60 s from API Priority and Fairness), so that one call
+# Past this much silence on the wall clock, the client's pooled connections are closed before its next call, which
+# opens a new one. EKS's endpoint is a Network Load Balancer, whose idle timeout (350 s, fixed for TLS listeners:
+# Elastic Load Balancing, "Update the TCP idle timeout for your Network Load Balancer listener") forgets a flow
+# without a FIN: urllib3 takes the connection for open (its check before reuse sees a peer's close, not this), and
+# the request sent on it meets a reset or no answer until its read timeout. A Lambda container frozen between
+# invocations meets that at its first call: a write whose answer is lost (a claim, an eviction, the budget's PUT),
+# or a read hung for its whole timeout. The wall clock, not the monotonic one: a frozen container's may stand still.
+IDLE_SECONDS = 300.0
+# What the client may send again by itself, once: a request whose connection could not be made; a GET whose
+# connection failed before any answer (reset or closed: a flow lost within IDLE_SECONDS, its peer's close not seen
+# while the container was frozen), at once on a new connection. Not a write so failed: it may have been applied
+# (the step decides, and the budget reads its write back). Not a read that timed out (the run's time is counted for
+# one read: see call_timeout), nor a 429 or 503 after its Retry-After: urllib3's default sends an idempotent request
+# up to four times, sleeping out each Retry-After (up to 60 s from API Priority and Fairness), so that one call
 # could outlast the function, asleep in the Lambda. Those are transient errors; the step's retry backs off.
-CLIENT_RETRIES = Retry(total=1, read=0, respect_retry_after_header=False)
+READ_RETRIED = frozenset({"GET"})
 # The least time between two descriptions of the cluster after its endpoint failed: an API server unreachable for
 # minutes (a network fault, not a new cluster) costs one DescribeCluster a minute, not one per failed call
 REDESCRIBE_SECONDS = 60.0
 # A call is not started with less than this left of its run's time (see call_timeout)
 MIN_CALL_SECONDS = 1.0
+
+
+class _ClientRetry(Retry):
+    """urllib3's Retry, but a read that timed out is never sent again: urllib3 counts it as a read error, as it
+    counts a connection lost before the answer, and would send a GET again after it (read=1)."""
+
+    def increment(
+        self,
+        method: str | None = None,
+        url: str | None = None,
+        response: BaseHTTPResponse | None = None,
+        error: Exception | None = None,
+        _pool: ConnectionPool | None = None,
+        _stacktrace: TracebackType | None = None,
+    ) -> Self:
+        # (a read that timed out: as a Retry with no read retries left, raised as it always was, a MaxRetryError
+        # for a GET)
+        counted = self.new(read=0) if isinstance(error, ReadTimeoutError) else self
+        return Retry.increment(counted, method, url, response, error, _pool, _stacktrace)
+
+
+CLIENT_RETRIES = _ClientRetry(total=1, read=1, allowed_methods=READ_RETRIED, respect_retry_after_header=False)
 
 TimeLeft = Callable[[], float | None]  # seconds the current run may still spend on calls; None: no end
 Timeout = float | tuple[float, float] | None  # a call's _request_timeout, as the client takes it
@@ -143,8 +179,10 @@ class EksCluster:
         tokens: EksTokens | None = None,
         *,
         time_left: TimeLeft = no_end,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         self._name = name
+        self._wall_clock = wall_clock
         self._eks: LazyClient[EKSClient] = LazyClient("eks", eks)
         self._tokens = tokens or EksTokens(name)
         self._time_left = time_left
@@ -167,7 +205,7 @@ class EksCluster:
         config.api_key_prefix = {"authorization": "Bearer"}
         # the client declares this hook as None-typed, but calls it before every request when set
         config.refresh_api_key_hook = lambda cfg: cfg.api_key.update(authorization=tokens.token())  # type: ignore[assignment]
-        return _RenewingApiClient(config, tokens, self._time_left, self._redescribe)
+        return _RenewingApiClient(config, tokens, self._time_left, self._redescribe, self._wall_clock)
 
     def _describe(self) -> dict[str, Any]:
         with transient_errors("describing the EKS cluster"):
@@ -221,9 +259,13 @@ class _RenewingApiClient(ApiClient):
         tokens: EksTokens,
         time_left: TimeLeft = no_end,
         unreachable: Callable[[ApiClient], None] | None = None,
+        wall_clock: Callable[[], float] = time.time,
     ) -> None:
         super().__init__(configuration)
         self._unreachable = unreachable
+        self._wall_clock = wall_clock
+        self._used: float | None = None  # (wall clock) when a call last ended, or started
+        self._used_lock = threading.Lock()
         # The API server names the manager of each write after the User-Agent's prefix: a cordon or annotation by
         # nodecycle is nodecycle's in `kubectl get node --show-managed-fields` and in the audit log, not the
         # generated client's default ("OpenAPI-Generator", like any tool built on it)
@@ -234,6 +276,7 @@ class _RenewingApiClient(ApiClient):
     def call_api(
         self, method: str, url: str, header_params: dict[str, str] | None = None, *args: Any, **kwargs: Any
     ) -> Any:
+        self._forget_idle_connections()
         try:
             return self._call_renewing(method, url, header_params, *args, **kwargs)
         except (MaxRetryError, NewConnectionError, SSLError) as error:
@@ -243,6 +286,20 @@ class _RenewingApiClient(ApiClient):
             if self._unreachable is not None and isinstance(reason, (NewConnectionError, SSLError)):
                 self._unreachable(self)
             raise
+        finally:
+            with self._used_lock:
+                self._used = self._wall_clock()
+
+    def _forget_idle_connections(self) -> None:
+        """Close the pooled connections when no call went out for IDLE_SECONDS (or the clock went back: no telling
+        how long it was): the load balancer may have forgotten them. (A call in flight meanwhile keeps its own: the
+        pool closes it when it is given back.)"""
+        with self._used_lock:
+            now, used = self._wall_clock(), self._used
+            self._used = now
+        if used is not None and not 0 <= now - used <= IDLE_SECONDS:
+            log.info("no call to the API server for %.0f s: its pooled connections are closed", now - used)
+            self.rest_client.pool_manager.clear()
 
     def _call_renewing(
         self, method: str, url: str, header_params: dict[str, str] | None = None, *args: Any, **kwargs: Any
