@@ -30,6 +30,7 @@ KUBE_KINDS = (
     "kube-hang",
     "kube-drop",
     "kube-lost-response",
+    "kube-cut-answer",
 )
 # Refusals: the request was understood and judged, and the answer is no (for a while), not "try again".
 KUBE_REFUSAL_KINDS = ("kube-webhook-down", "kube-webhook-deny", "kube-forbidden")

@@ -11,7 +11,10 @@
   the client gives up and closes it (its read timeout), or ``value`` seconds have passed (0: no limit), or the
   server stops; then the connection is closed. As an API server behind a load balancer that lost its etcd;
 - ``kube-drop``: the connection is closed before the request is served (nothing is done);
-- ``kube-lost-response``: the request is served, then the connection is closed before the response is sent.
+- ``kube-lost-response``: the request is served, then the connection is closed before the response is sent;
+- ``kube-cut-answer``: the request is served, its answer's status and headers sent, and the connection closed
+  half-way through its body (a connection lost mid-answer: an API server replica going away, a flow reset); the
+  client has its status, then fails reading the body (urllib3: ProtocolError, "Connection broken: IncompleteRead").
 
 Refusals, judged where the API server judges them (after authentication, with the request's own user and
 attributes), so their Status is the one a real cluster writes:
@@ -63,6 +66,7 @@ class KubeFaultAction:
     # answer nothing, do nothing, until the client hangs up (or these seconds have passed; 0: no limit)
     hang: float | None = None
     drop_after: bool = False  # serve, then close the connection without a response
+    cut_answer: bool = False  # serve, then close the connection half-way through the answer's body
     headers: dict[str, str] = field(default_factory=dict)
     refuse: Refusal | None = None  # serve as far as authorization, then answer this
 
@@ -153,6 +157,8 @@ class KubeFaults(Injector):
             return KubeFaultAction(hang=fault.value)
         if fault.kind == "kube-drop":
             return KubeFaultAction(drop_before=True)
+        if fault.kind == "kube-cut-answer":
+            return KubeFaultAction(cut_answer=True)
         return KubeFaultAction(drop_after=True)
 
 

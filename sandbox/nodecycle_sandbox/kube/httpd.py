@@ -39,6 +39,7 @@ DROPS = ("reset", "blackhole")
 class _Handler(BaseHTTPRequestHandler):
     protocol_version = "HTTP/1.1"  # keep-alive, so urllib3 pools and Go's transport reuse connections
     server: KubeHTTPServer
+    _cut = False  # this request's answer is cut half-way through its body (the kube-cut-answer fault)
     timeout = 300  # a read or write within a request that takes longer fails (an idle connection: see _idle)
 
     def setup(self) -> None:
@@ -121,6 +122,7 @@ class _Handler(BaseHTTPRequestHandler):
         return self.rfile.read(length) if length else b""
 
     def _serve(self) -> None:
+        self._cut = False
         parts = urlsplit(self.path)
         request = Request(
             method=self.command,
@@ -141,6 +143,7 @@ class _Handler(BaseHTTPRequestHandler):
         if fault is not None and fault.drop_after:
             self._hang_up()  # served, but the client never hears of it
             return
+        self._cut = fault is not None and fault.cut_answer
         headers = dict(response.headers)
         if isinstance(response.body, str):
             self._send(response.status, "text/plain; charset=utf-8", response.body.encode(), headers)
@@ -202,6 +205,10 @@ class _Handler(BaseHTTPRequestHandler):
         self.server.router.sent(data)  # counted first: a client that got the answer finds it counted
         # idle from here, as its client sees it: a test that drops idle flows once it has the answer drops this one
         self.server.idle(self.request)
+        if self._cut:
+            self.wfile.write(data[: len(data) // 2])
+            self._hang_up()  # the answer cut half-way through its body
+            return
         self.wfile.write(data)
 
     def date_time_string(self, timestamp: float | None = None) -> str:

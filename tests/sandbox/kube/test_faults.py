@@ -304,3 +304,19 @@ def test_a_flow_the_load_balancer_forgot_fails_the_next_request_unserved(
     assert server.connections_opened() == opened + 1
     with pytest.raises(ValueError, match="reset, blackhole"):
         server.drop_idle_flows("close")
+
+
+def test_an_answer_cut_half_way_gives_its_status_then_fails_its_body(server: KubeServer, kube: Kube) -> None:
+    # Given answers to node reads cut half-way through their bodies
+    server.seed({"nodes": nodes_seed(1)})
+    server.faults.arm([Fault("cut", "kube-cut-answer", target="GET nodes")], seed=1)
+
+    # When a node is read, Then its status came, and its body fails half-way (the read was served all the same)
+    headers = {"Authorization": f"Bearer {server.token()}"}
+    url = f"{server.url}/api/v1/nodes/{node_name(0, 10)}"
+    pool = kube.api_client.rest_client.pool_manager
+    response = pool.request("GET", url, headers=headers, retries=False, preload_content=False)
+    assert response.status == 200
+    with pytest.raises(HTTPError, match="IncompleteRead"):
+        response.read()
+    assert server.counters() == {("get", "nodes"): 1}
