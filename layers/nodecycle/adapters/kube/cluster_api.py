@@ -189,6 +189,9 @@ def _timestamp(text: str | None) -> datetime | None:
 
 
 def _json(response: Any) -> dict[str, Any]:
+    """A raw answer's body as JSON. Read within the call's kube_errors: the client returned once it had the status
+    and headers, and a connection lost half-way through the body fails here (urllib3's ProtocolError), a
+    transient failure as one lost before the answer."""
     data: dict[str, Any] = json.loads(response.data)
     return data
 
@@ -239,11 +242,12 @@ class KubeCluster:
         try:
             with forbidden_refused(), kube_errors(f"reading node {name}"):
                 response = self._api.read_node(name, _preload_content=False, _request_timeout=REQUEST_TIMEOUT)
+                data = _json(response)
         except ApiException as error:
             if error.status == 404:
                 return None
             raise
-        return node_info(_json(response))
+        return node_info(data)
 
     def node_version(self, name: str) -> tuple[str | None, str] | None:
         try:
@@ -254,11 +258,11 @@ class KubeCluster:
                     _request_timeout=REQUEST_TIMEOUT,
                     _headers={"Accept": METADATA_OBJECT},
                 )
+                meta = _json(response).get("metadata") or {}
         except ApiException as error:
             if error.status == 404:
                 return None
             raise
-        meta = _json(response).get("metadata") or {}
         return meta.get("uid"), str(meta.get("resourceVersion", ""))
 
     def lease_renewed_at(self, node: str) -> datetime | None:
@@ -267,6 +271,7 @@ class KubeCluster:
                 response = self._api.read_namespaced_lease(
                     node, NODE_LEASE_NAMESPACE, _preload_content=False, _request_timeout=REQUEST_TIMEOUT
                 )
+                spec = _json(response).get("spec") or {}
         except ApiException as error:
             if error.status == 404:
                 return None
@@ -274,7 +279,7 @@ class KubeCluster:
         # (as the kubelet stamped it, not moved onto this function's clock as the pods' deletion deadlines are: the
         # readiness gate compares it with the launch's start, Auto Scaling's time, never with its own now; moved by
         # this function's lead, a clock a minute off would take a dead kubelet for alive or a live one for dead)
-        return _timestamp((_json(response).get("spec") or {}).get("renewTime"))
+        return _timestamp(spec.get("renewTime"))
 
     def node_metadata(self) -> list[NodeInfo]:
         # Of their metadata only: a real node's spec and status (its images above all) are most of its bytes,
@@ -451,10 +456,10 @@ class KubeCluster:
                     _preload_content=False,
                     _request_timeout=REQUEST_TIMEOUT,
                 )
+                page = _json(response)
             # (each pod's deletion deadline on this function's clock: the API server stamped it on its own, and
             # the drain compares it with its now, a function's clock that may run a minute off; see _on_reader_clock)
             ahead = server_clock.lead(response, self._wall_clock())
-            page = _json(response)
             pods.extend(_on_reader_clock(pod_info(item), ahead) for item in page.get("items") or [])
             token = (page.get("metadata") or {}).get("continue")
             if not token:
