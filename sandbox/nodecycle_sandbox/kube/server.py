@@ -28,7 +28,7 @@ from nodecycle_sandbox.kube.controllers import ControllerLoop, Controllers, Stat
 from nodecycle_sandbox.kube.counters import Counters
 from nodecycle_sandbox.kube.faults import KubeFaults
 from nodecycle_sandbox.kube.history import SANDBOX, HistoryEntry
-from nodecycle_sandbox.kube.httpd import KubeHTTPServer
+from nodecycle_sandbox.kube.httpd import FLOW_IDLE_TIMEOUT, KubeHTTPServer
 from nodecycle_sandbox.kube.kubeconfig import write_kubeconfig
 from nodecycle_sandbox.kube.kubelet import Kubelet
 from nodecycle_sandbox.kube.meta import JsonObj, json_copy, name_of
@@ -98,8 +98,11 @@ class KubeServer:
         unreachable_toleration_seconds: float = 300.0,
         pleg_threshold_seconds: float = 180.0,
         namespace_controller_lag_seconds: float = 0.0,
+        flow_idle_timeout_seconds: float = FLOW_IDLE_TIMEOUT,
     ) -> None:
         self.cluster_name = cluster_name
+        # (the load balancer's before the API server: a connection idle this long is forgotten, see httpd.py)
+        self._flow_idle_timeout = flow_idle_timeout_seconds
         self._tls = tls
         self._host = host
         self._port = port
@@ -172,6 +175,7 @@ class KubeServer:
             admission=self.admission,
         )
         self._httpd = KubeHTTPServer((self._host, self._port), router, context, self.faults)
+        self._httpd.flow_idle_timeout = self._flow_idle_timeout
         self._serve_thread = threading.Thread(
             target=self._httpd.serve_forever,
             kwargs={"poll_interval": 0.02},

@@ -320,3 +320,19 @@ def test_an_answer_cut_half_way_gives_its_status_then_fails_its_body(server: Kub
     with pytest.raises(HTTPError, match="IncompleteRead"):
         response.read()
     assert server.counters() == {("get", "nodes"): 1}
+
+
+def test_a_connection_idle_past_the_load_balancers_timeout_is_reset_at_its_next_request() -> None:
+    # Given a load balancer whose idle timeout is a second, and a client's connection idle longer than that
+    with KubeServer(tick_seconds=0.02, flow_idle_timeout_seconds=1.0) as server:
+        server.seed({"nodes": nodes_seed(1)})
+        kube = connect(server)
+        assert _read_node_once(kube, server) == 200
+        time.sleep(2.0)
+
+        # When the client sends its next request on it, Then it meets a reset, unserved
+        server.reset_counters()
+        with pytest.raises(HTTPError):
+            _read_node_once(kube, server)
+        assert server.counters() == {}
+        kube.api_client.close()
