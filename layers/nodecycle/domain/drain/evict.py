@@ -33,8 +33,10 @@ from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import TransientError, retry_after_wait
 from nodecycle.domain.flow import settle_step
 from nodecycle.domain.model import (
+    SPOT_ACTION,
     LifecycleRecord,
     Step,
+    Transition,
 )
 from nodecycle.domain.policy import DrainPolicy, TimeoutPolicy
 from nodecycle.domain.ports.budget import Slots
@@ -162,6 +164,21 @@ class _PodCalls:
                 continue
             self._notes.answered(pod.uid)
             yield pod, answer
+
+
+def _maybe_down(record: LifecycleRecord, node: NodeInfo) -> bool:
+    """Whether the drain asks EC2 if the instance is down, at a poll whose slot is still its own: its node's kubelet
+    is gone (Ready Unknown), or the drain is for a Spot interruption that hibernates the instance. EC2 gives no two
+    minutes before a hibernation, which begins with the warning ("you receive an interruption notice, but you do not
+    receive a two-minute warning because the hibernation process begins immediately": EC2 User Guide, Spot Instance
+    interruption notices), and the stop it tells of (FORGET_NODE's, which frees the slot) may come before the drain
+    took its slot. Unasked, the drain evicted from a node already down until its timeout: its pods, NotReady with
+    their kubelet, count as unhealthy to their PodDisruptionBudget, which then refused every eviction; the forced
+    slot was held the two minutes, and the timeout policy applied (DrainTimeouts paged) for nothing left to drain.
+    One DescribeInstances per poll, on such drains only."""
+    return node.kubelet_lost or (
+        record.transition is Transition.SPOT_INTERRUPTION and record.extra.get(SPOT_ACTION) == "hibernate"
+    )
 
 
 class Evict:
@@ -364,12 +381,17 @@ class Evict:
             raise _RenewalFailed(error) from error
         if paused is not None:
             return paused
-        if renewed.reason is SlotReason.REACQUIRED or record.drain_paused_at is not None:
+        if (
+            renewed.reason is SlotReason.REACQUIRED
+            or record.drain_paused_at is not None
+            or _maybe_down(record, info)
+        ):
             # Someone removed our slot: its holder expired, or the stop of the instance outside the hooks freed
             # it (FORGET_NODE), leaving this drain to see for itself that it is over. A stopped instance's kubelet
             # is gone with it: its pods would stay Terminating, and this slot held, until the node controller
             # marks the node NotReady, most of a minute later. EC2 says at once. (A paused drain's slot comes
-            # back by its own renewal, REACQUIRED, or passed on by another's release: then HELD.)
+            # back by its own renewal, REACQUIRED, or passed on by another's release: then HELD.) Or the instance
+            # may have gone without anyone freeing the slot (see _maybe_down).
             down = _instance_down(self._instances, record)
             if down is not None:
                 log.warning(
