@@ -7,8 +7,10 @@
 - A Spot interruption: the request's status turns ``marked-for-termination``, the warning goes to the event
   bus, Auto Scaling starts terminating the instance (its terminate hooks) shortly after, and EC2 terminates
   it ``warning_seconds`` after the warning whatever the hooks say (then the request is closed).
-- A rebalance recommendation (Spot instances only): the event, nothing else (Capacity Rebalancing is not
-  emulated).
+- A rebalance recommendation (Spot instances only): the event; and, in a group with Capacity Rebalancing on,
+  Auto Scaling's replacement of the instance: a new instance launched (over the desired capacity meanwhile), and
+  once it is in service the old one terminated through the terminate hooks. Two lifecycles of one node then: the
+  recommendation's and the terminate hook's.
 - Scheduled maintenance: the event in ``DescribeInstanceStatus`` (code, ``NotBefore``, ``NotAfter``) and the
   AWS Health event; then EC2 carrying it out (a reboot or system maintenance leaves the instance running, a
   stop or retirement stops it) or calling it off, after which it lists the event with its description
@@ -36,7 +38,7 @@ from nodecycle_sandbox.aws import ec2_events
 from nodecycle_sandbox.aws.records import Notification
 
 if TYPE_CHECKING:
-    from moto.autoscaling.models import FakeAutoScalingGroup
+    from moto.autoscaling.models import FakeAutoScalingGroup, InstanceState
     from moto.ec2.models.instances import Instance
 
     from nodecycle_sandbox.aws.lifecycle import LifecycleEmulator
@@ -45,6 +47,8 @@ SPOT_WARNING_SECONDS = 120.0  # EC2 reclaims a Spot instance two minutes after i
 # Auto Scaling learns of the interruption from EC2 and starts terminating the instance shortly after.
 SPOT_HOOK_AFTER_SECONDS = 2.0
 MARKED = "marked-for-termination"
+# How often Auto Scaling looks whether the replacement of an instance at risk is in service (Capacity Rebalancing)
+REBALANCE_LOOK_SECONDS = 0.2
 # The scheduled events EC2 carries out by stopping the instance (the others reboot it, or leave it running)
 GOING_CODES = frozenset({"instance-stop", "instance-retirement"})
 ENDED = ("[Completed]", "[Canceled]")  # how EC2 prefixes the description of an event over or called off
@@ -118,6 +122,8 @@ class DisruptionEmulator:
         self.spot_requests: dict[str, _GroupSpotRequest] = {}  # instance id -> its request
         # scheduled event id -> the AWS Health event that told of it (its ARN), which closes when it ends
         self._health_arns: dict[str, str] = {}
+        # instances at risk whose replacement Capacity Rebalancing launched (one per instance, however often told)
+        self._replacing: set[str] = set()
 
     @property
     def _ec2(self) -> Any:
@@ -202,7 +208,8 @@ class DisruptionEmulator:
                 self.state_changed([instance_id], ("shutting-down", "terminated"))
 
     def recommend_rebalance(self, instance_id: str) -> None:
-        with self._lifecycle.lock:
+        lifecycle = self._lifecycle
+        with lifecycle.lock:
             if instance_id not in self.spot_requests:
                 raise ValueError(f"Instance {instance_id} is not a Spot instance of a group")
             instance = self._ec2.get_instance(instance_id)
@@ -211,6 +218,37 @@ class DisruptionEmulator:
                     **self._common(), zone=instance.placement.zone, instance_id=instance_id
                 )
             )
+            found = lifecycle.find_state(instance_id)
+            if found is not None and found[0].capacity_rebalance:
+                self._replace_at_risk(*found)
+
+    def _replace_at_risk(self, group: FakeAutoScalingGroup, state: InstanceState) -> None:
+        """Capacity Rebalancing: Auto Scaling launches a replacement of the at-risk instance and "waits until the
+        new instance passes its health checks before it proceeds with terminating the previous instance" (Auto
+        Scaling User Guide, Capacity Rebalancing), through its terminate hooks. (Under the lock.)"""
+        lifecycle = self._lifecycle
+        if state.lifecycle_state != "InService" or state.instance.id in self._replacing:
+            return  # (already on its way out, or not yet in, or being replaced: nothing more to launch)
+        self._replacing.add(state.instance.id)
+        replacement = lifecycle.run_instance(group)
+        group.instance_states.append(replacement)
+        lifecycle.launched(group, replacement)
+        self._when_in_service(group, state, replacement)
+
+    def _when_in_service(self, group: FakeAutoScalingGroup, old: InstanceState, new: InstanceState) -> None:
+        """Terminate ``old`` once ``new`` is in service (looked at every REBALANCE_LOOK_SECONDS); nothing when
+        ``new`` is gone first (its launch abandoned) or ``old`` left meanwhile (interrupted, scaled in)."""
+        lifecycle = self._lifecycle
+        if new not in group.instance_states or old not in group.instance_states:
+            return
+        if new.lifecycle_state != "InService":
+            lifecycle.call_at(time.time() + REBALANCE_LOOK_SECONDS, lambda: self._look_again(group, old, new))
+            return
+        lifecycle.begin_terminate(group, old, "capacity-rebalance")
+
+    def _look_again(self, group: FakeAutoScalingGroup, old: InstanceState, new: InstanceState) -> None:
+        with self._lifecycle.lock:
+            self._when_in_service(group, old, new)
 
     # -- scheduled events -------------------------------------------------------------------------
 

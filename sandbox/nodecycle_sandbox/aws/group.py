@@ -64,6 +64,9 @@ class GroupSpec:
     # Spot capacity (a MixedInstancesPolicy): None, all On-Demand; else the On-Demand share above the base.
     on_demand_percentage: int | None = None
     on_demand_base: int = 0
+    # CapacityRebalance: a rebalance recommendation of a Spot instance makes Auto Scaling replace it (a new
+    # instance launched, then the old one terminated through the terminate hooks)
+    capacity_rebalance: bool = False
     # None: no warm pool (the group launches every instance from EC2, as without one)
     warm_pool: WarmPoolSpec | None = None
 
@@ -104,6 +107,7 @@ class AutoScalingGroup:
             MinSize=0,
             MaxSize=spec.max_size,
             DesiredCapacity=0,
+            CapacityRebalance=spec.capacity_rebalance,
             AvailabilityZones=[z if z.startswith(self.region) else f"{self.region}{z}" for z in spec.zones],
             Tags=[
                 {"Key": k, "Value": v, "PropagateAtLaunch": True, "ResourceId": spec.name}

@@ -74,17 +74,20 @@ def running(
     spot: bool = False,
     warm_pool: WarmPoolSpec | None = None,
     node_monitor_grace: float | None = None,
+    capacity_rebalance: bool = False,
     **options: Any,
 ) -> Iterator[Sandbox]:
     """A sandbox with a group of ``size`` instances in service (their launch actions completed through the
     readiness gate) and the workloads scheduled on their nodes; ``spot``: all of them Spot instances;
     ``warm_pool``: the group's warm pool, put once the group has its instances; ``node_monitor_grace``: how long
-    a node whose kubelet is gone stays Ready (the cluster's ``--node-monitor-grace-period``, 40 s unless set)."""
+    a node whose kubelet is gone stays Ready (the cluster's ``--node-monitor-grace-period``, 40 s unless set);
+    ``capacity_rebalance``: the group's CapacityRebalance (a rebalance recommendation replaces the instance)."""
     group = GroupSpec(
         size=size,
         hooks=hooks or default_hooks(heartbeat_timeout=300),
         on_demand_percentage=0 if spot else None,
         warm_pool=warm_pool,
+        capacity_rebalance=capacity_rebalance,
     )
     # A terminated instance's node outlives it a little, its kubelet gone at once, as on EKS (seconds to a
     # minute): a test that wants it gone at once, or much later, says so.

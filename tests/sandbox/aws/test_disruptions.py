@@ -60,7 +60,12 @@ def intake_patterns() -> list[dict[str, Any]]:
 
 
 def spot_group(
-    aws: Emulation, *, size: int, on_demand_percentage: int = 0, base: int = 0
+    aws: Emulation,
+    *,
+    size: int,
+    on_demand_percentage: int = 0,
+    base: int = 0,
+    capacity_rebalance: bool = False,
 ) -> AutoScalingGroup:
     group = AutoScalingGroup(
         autoscaling=aws.autoscaling, ec2=aws.ec2, control=aws.control, region=REGION, name="spot"
@@ -71,6 +76,7 @@ def spot_group(
         hooks=(default_hooks()[1],),  # terminate hook only: launches go in service at once
         on_demand_percentage=on_demand_percentage,
         on_demand_base=base,
+        capacity_rebalance=capacity_rebalance,
     )
     group.create(spec)
     group.set_desired(size)
@@ -196,6 +202,36 @@ def test_a_rebalance_recommendation_is_an_event_in_the_samples_shape(aws: Emulat
     assert event["detail"] == {"instance-id": instance}
     assert any(matches(p, event) for p in intake_patterns())
     assert group.instances() == {instance: "InService"}
+
+
+def test_a_rebalance_recommendation_under_capacity_rebalancing_replaces_the_instance_then_terminates_it_by_its_hook(
+    aws: Emulation,
+) -> None:
+    # Given a Spot group of one with Capacity Rebalancing on
+    group = spot_group(aws, size=1, capacity_rebalance=True)
+    (old,) = group.instances()
+
+    # When EC2 recommends rebalancing its instance
+    group.recommend_rebalance(old)
+
+    # Then Auto Scaling launches a replacement and, once it is in service, terminates the old instance through its
+    # terminate hook (Auto Scaling User Guide, Capacity Rebalancing: "When a new Spot Instance launches, Amazon EC2
+    # Auto Scaling waits until the new instance passes its health checks before it proceeds with terminating the
+    # previous instance"), the group's desired capacity unchanged
+    wait_for(lambda: group.actions(transition=TERMINATING), 5, "the terminate hook")
+    (action,) = group.actions(transition=TERMINATING)
+    assert action.instance_id == old
+    instances = group.instances()
+    (new,) = [instance for instance in instances if instance != old]
+    assert instances == {old: "Terminating:Wait", new: "InService"}
+    history = {h.instance_id: h for h in aws.control.instances()}
+    in_service, leaving = history[new].in_service_at, history[old].terminate_started_at
+    assert in_service is not None
+    assert leaving is not None
+    assert in_service <= leaving
+    assert history[old].termination_cause == "capacity-rebalance"
+    described = aws.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=["spot"])
+    assert described["AutoScalingGroups"][0]["DesiredCapacity"] == 1
 
 
 def test_scheduled_maintenance_is_in_the_instance_status_and_an_aws_health_event(aws: Emulation) -> None:
