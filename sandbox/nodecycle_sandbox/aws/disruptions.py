@@ -5,7 +5,7 @@
   (``DescribeSpotInstanceRequests``) and ``SpotInstanceRequestId``/``InstanceLifecycle`` in
   ``DescribeInstances``.
 - A Spot interruption: the request's status turns ``marked-for-termination``, the warning goes to the event
-  bus, Auto Scaling starts terminating the instance (its terminate hooks) shortly after, and EC2 terminates
+  bus (with the instance's rebalance recommendation, when EC2 sent none before: it always sends both), Auto Scaling starts terminating the instance (its terminate hooks) shortly after, and EC2 terminates
   it ``warning_seconds`` after the warning whatever the hooks say (then the request is closed).
 - A rebalance recommendation (Spot instances only): the event; and, in a group with Capacity Rebalancing on,
   Auto Scaling's replacement of the instance: a new instance launched (over the desired capacity meanwhile), and
@@ -124,6 +124,8 @@ class DisruptionEmulator:
         self._health_arns: dict[str, str] = {}
         # instances at risk whose replacement Capacity Rebalancing launched (one per instance, however often told)
         self._replacing: set[str] = set()
+        # instances EC2 recommended rebalancing (an interruption of one not among them is told with its recommendation)
+        self._recommended: set[str] = set()
 
     @property
     def _ec2(self) -> Any:
@@ -172,6 +174,12 @@ class DisruptionEmulator:
                     **self._common(), zone=instance.placement.zone, instance_id=instance_id
                 )
             )
+            if instance_id not in self._recommended:
+                # "It is not always possible for Amazon EC2 to send the rebalance recommendation signal before the
+                # two-minute Spot Instance interruption notice. Therefore, the rebalance recommendation signal can
+                # arrive along with the two-minute interruption notice" (EC2 User Guide, rebalance
+                # recommendations); Auto Scaling's guide: EC2 always gives both before it interrupts an instance
+                self._recommend(instance_id)
             now = time.time()
             lifecycle.call_at(now + hook_after, lambda: self._hook_learns(instance_id))
             lifecycle.call_at(now + warning_seconds, lambda: self._reclaim(instance_id))
@@ -212,15 +220,21 @@ class DisruptionEmulator:
         with lifecycle.lock:
             if instance_id not in self.spot_requests:
                 raise ValueError(f"Instance {instance_id} is not a Spot instance of a group")
-            instance = self._ec2.get_instance(instance_id)
-            self._publish(
-                ec2_events.rebalance_recommendation(
-                    **self._common(), zone=instance.placement.zone, instance_id=instance_id
-                )
+            self._recommend(instance_id)
+
+    def _recommend(self, instance_id: str) -> None:
+        """EC2's rebalance recommendation of a Spot instance, and Capacity Rebalancing's replacement of it when
+        its group has it on. (Under the lock.)"""
+        self._recommended.add(instance_id)
+        instance = self._ec2.get_instance(instance_id)
+        self._publish(
+            ec2_events.rebalance_recommendation(
+                **self._common(), zone=instance.placement.zone, instance_id=instance_id
             )
-            found = lifecycle.find_state(instance_id)
-            if found is not None and found[0].capacity_rebalance:
-                self._replace_at_risk(*found)
+        )
+        found = self._lifecycle.find_state(instance_id)
+        if found is not None and found[0].capacity_rebalance:
+            self._replace_at_risk(*found)
 
     def _replace_at_risk(self, group: FakeAutoScalingGroup, state: InstanceState) -> None:
         """Capacity Rebalancing: Auto Scaling launches a replacement of the at-risk instance and "waits until the

@@ -148,6 +148,26 @@ def test_a_spot_interruption_warns_marks_the_request_starts_the_hook_then_reclai
     wait_for(lambda: len([s for s in group.instances().values() if s == "InService"]) == 2, 5, "replacement")
 
 
+def test_a_spot_interruption_comes_with_the_rebalance_recommendation_ec2_had_not_sent_yet(
+    aws: Emulation,
+) -> None:
+    # Given a Spot group of two, one instance recommended for rebalancing already
+    group = spot_group(aws, size=2)
+    recommended, other = sorted(group.instances())
+    group.recommend_rebalance(recommended)
+
+    # When EC2 interrupts both
+    group.interrupt_spot(recommended, warning_seconds=30.0, hook_after=20.0)
+    group.interrupt_spot(other, warning_seconds=30.0, hook_after=20.0)
+
+    # Then the one never recommended gets its recommendation with its warning ("the rebalance recommendation signal
+    # can arrive along with the two-minute interruption notice": EC2 User Guide), the other not a second one
+    told = [e["detail"]["instance-id"] for e in ec2_events(aws, "EC2 Instance Rebalance Recommendation")]
+    assert sorted(told) == sorted([recommended, other])
+    warned = [e["detail"]["instance-id"] for e in ec2_events(aws, "EC2 Spot Instance Interruption Warning")]
+    assert warned == [recommended, other]
+
+
 def test_a_spot_instance_whose_hook_completes_first_leaves_through_its_hook_and_is_terminated_once(
     aws: Emulation,
 ) -> None:
