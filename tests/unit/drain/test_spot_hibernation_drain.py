@@ -88,13 +88,26 @@ def test_the_drain_of_a_warned_spot_interruption_on_a_ready_node_asks_ec2_nothin
     assert ec2.reads == 0
 
 
-def test_the_drain_of_a_node_whose_kubelet_is_gone_settles_once_ec2_shows_its_instance_down() -> None:
-    # Given a drain whose node's kubelet is gone (Ready Unknown), its slot its own, EC2 showing the instance stopped
+def test_a_spot_stop_drain_whose_node_kubelet_is_gone_settles_once_ec2_shows_its_instance_down() -> None:
+    # Given the drain of a Spot interruption (stop), its node's kubelet gone (Ready Unknown), its slot its own, EC2
+    # showing the instance stopped
     lost = node(ready=False, kubelet_lost=True)
     cluster = FakeCluster(nodes={NODE: lost}, pods=[pod("web-1")], blocked={"web-1"})
-    step = evict(cluster, ec2=NoDns(known={INSTANCE: "stopped"}))
+    step = evict(cluster, its_slot(), ec2=NoDns(known={INSTANCE: "stopped"}))
 
     # When it polls, Then it settles at once
-    outcome = step(draining(), T0)
+    outcome = step(interrupted("stop"), T0 + timedelta(seconds=2))
     assert outcome.changes["outcome"] == "instance-down"
     assert cluster.evictions == []
+
+
+def test_a_terminate_hook_drain_whose_node_kubelet_is_gone_asks_ec2_nothing() -> None:
+    # Given a terminate hook's drain (Auto Scaling holds its instance running), its node's kubelet gone
+    lost = node(ready=False, kubelet_lost=True)
+    cluster = FakeCluster(nodes={NODE: lost}, pods=[pod("web-1")])
+    ec2 = CountingEc2(known={INSTANCE: "running"})
+
+    # When it polls, Then it goes on without a read of EC2's
+    outcome = evict(cluster, ec2=ec2)(draining(), T0)
+    assert outcome.again
+    assert ec2.reads == 0

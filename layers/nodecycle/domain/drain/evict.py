@@ -167,18 +167,20 @@ class _PodCalls:
 
 
 def _maybe_down(record: LifecycleRecord, node: NodeInfo) -> bool:
-    """Whether the drain asks EC2 if the instance is down, at a poll whose slot is still its own: its node's kubelet
-    is gone (Ready Unknown), or the drain is for a Spot interruption that hibernates the instance. EC2 gives no two
-    minutes before a hibernation, which begins with the warning ("you receive an interruption notice, but you do not
-    receive a two-minute warning because the hibernation process begins immediately": EC2 User Guide, Spot Instance
-    interruption notices), and the stop it tells of (FORGET_NODE's, which frees the slot) may come before the drain
-    took its slot. Unasked, the drain evicted from a node already down until its timeout: its pods, NotReady with
-    their kubelet, count as unhealthy to their PodDisruptionBudget, which then refused every eviction; the forced
-    slot was held the two minutes, and the timeout policy applied (DrainTimeouts paged) for nothing left to drain.
-    One DescribeInstances per poll, on such drains only."""
-    return node.kubelet_lost or (
-        record.transition is Transition.SPOT_INTERRUPTION and record.extra.get(SPOT_ACTION) == "hibernate"
-    )
+    """Whether the drain asks EC2 if the instance is down, at a poll whose slot is still its own: the drain of a
+    disruption without a hook whose node's kubelet is gone (Ready Unknown), or of a Spot interruption that hibernates
+    the instance. EC2 gives no two minutes before a hibernation, which begins with the warning ("you receive an
+    interruption notice, but you do not receive a two-minute warning because the hibernation process begins
+    immediately": EC2 User Guide, Spot Instance interruption notices), and the stop it tells of (FORGET_NODE's, which
+    frees the slot) may come before the drain took its slot. Unasked, the drain evicted from a node already down until
+    its timeout: its pods, NotReady with their kubelet, count as unhealthy to their PodDisruptionBudget, which then
+    refused every eviction; the forced slot was held the two minutes, and the timeout policy applied (DrainTimeouts
+    paged) for nothing left to drain. One DescribeInstances per poll, on such drains only: not a hook's, whose
+    instance Auto Scaling holds running (an outage that takes many kubelets at once would have every terminate
+    drain ask EC2 at every poll, against EC2's request rate limits that the address steps share)."""
+    if record.transition is Transition.SPOT_INTERRUPTION and record.extra.get(SPOT_ACTION) == "hibernate":
+        return True
+    return node.kubelet_lost and not record.transition.has_hook
 
 
 class Evict:
