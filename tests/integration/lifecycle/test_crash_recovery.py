@@ -17,6 +17,7 @@ import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass, field
+from datetime import UTC, datetime
 from types import ModuleType
 from typing import Any
 
@@ -56,7 +57,7 @@ class Killed(BaseException):
 
 def kind(call: str) -> str:
     """A call without the names in it: "kube:GET /v1/nodes/ip-10-1-2-3..." -> "kube:GET /v1/nodes/{name}"."""
-    return re.sub(r"/(nodes|pods)/[^/]+", r"/\1/{name}", call)
+    return re.sub(r"/(nodes|pods|leases)/[^/]+", r"/\1/{name}", call)
 
 
 @dataclass
@@ -79,6 +80,17 @@ class Killer:
     current: str | None = None  # the record id of the lifecycle the message in hand belongs to
     thread: int | None = None
     kills: list[tuple[str, str]] = field(default_factory=list)
+    # The container in hand died: no call it would still make (in a ``finally``, an ``except BaseException``
+    # that the Killed exception runs on its way out) reaches AWS or the cluster, as none does from a container
+    # that is gone. Until the next invocation.
+    dead: bool = False
+    calls_after_death: list[str] = field(default_factory=list)
+
+    def stop_the_dead(self, what: str) -> None:
+        """Refuse ``what`` (before it is sent) if the container making it died."""
+        if self.dead and threading.get_ident() == self.thread:
+            self.calls_after_death.append(what)
+            raise Killed(f"{what} after the container died")
 
     def terminate_calls(self, instance_id: str) -> list[str]:
         """The calls made for the instance's terminate lifecycle."""
@@ -97,6 +109,7 @@ class Killer:
     def invocation(self, record: str | None) -> None:
         """A message of ``record``'s is in hand: its calls from now on are one invocation's."""
         self.current = record
+        self.dead = False
         if record is not None:
             self.tried.setdefault(record, []).append([])
 
@@ -120,6 +133,7 @@ class Killer:
         else:
             return
         self.kills.append((instance, what))
+        self.dead = True
         raise Killed(what)
 
 
@@ -179,6 +193,7 @@ def counting_calls(killer: Killer) -> Iterator[None]:
 
     def aws(client: Any, operation: str, params: Any) -> Any:
         what = f"{client.meta.service_model.service_name}:{operation}"
+        killer.stop_the_dead(what)
         try:
             result = aws_call(client, operation, params)
         except Exception:
@@ -189,6 +204,7 @@ def counting_calls(killer: Killer) -> Iterator[None]:
 
     def kube(self: Any, method: str, url: str, *args: Any, **kwargs: Any) -> Any:
         what = f"kube:{method} {url.split('?')[0].split('/api', 1)[-1]}"
+        killer.stop_the_dead(what)
         try:
             result = kube_call(self, method, url, *args, **kwargs)
         except Exception:  # (a 409, a 5xx: the client raises on any status but 2xx)
@@ -216,20 +232,35 @@ def fresh_container() -> None:
 
 
 class Pump:
-    """Delivers the work queues to the drain and eip handlers in this thread, one message per invocation."""
+    """Delivers the work queues to the drain, eip and wake handlers in this thread, one message per invocation
+    (and, with ``sweep_every``, runs the sweeper between deliveries)."""
 
-    def __init__(self, sandbox: Sandbox, killer: Killer) -> None:
+    def __init__(self, sandbox: Sandbox, killer: Killer, *, sweep_every: float | None = None) -> None:
+        """``sweep_every``: run the sweeper (its schedule) that often, seconds apart, between deliveries; None:
+        never (redelivery alone must repair)."""
         self.sandbox = sandbox
         self.killer = killer
+        self.sweep_every = sweep_every
+        self.swept_at = time.monotonic()
+        self.sweeps: list[dict[str, int]] = []  # each sweep's report
         self.sqs = sandbox.client("sqs")
         self.handlers: dict[str, tuple[ModuleType, str, str]] = {}
-        for function, queue in (("drain", "DrainQueue"), ("eip", "EipQueue")):
+        # The wake queue too (budget wake-ups, run by the drain function's code as WakeFunction): a waiter woken
+        # there must be, or a wake-up sent in place of a hand-over that failed would never run. (Its container
+        # shares the drain function's cached wiring here: only the queue a retry on purpose goes back to differs.)
+        for function, queue, code in (
+            ("drain", "DrainQueue", "drain"),
+            ("eip", "EipQueue", "eip"),
+            ("wake", "WakeQueue", "drain"),
+        ):
             info = sandbox.runner.queue(queue)
-            self.handlers[function] = (load_function(function), info.url, info.arn)
+            self.handlers[function] = (load_function(code), info.url, info.arn)
         # Each handler calls AWS as its own function (its own role: the sandbox enforces it).
         self.envs = {
             "drain": sandbox.runner.environments["DrainFunction"],
             "eip": sandbox.runner.environments["EipFunction"],
+            "wake": sandbox.runner.environments["WakeFunction"],
+            "sweeper": sandbox.runner.environments["SweeperFunction"],
         }
         self.sessions: dict[str, boto3.session.Session] = {}
 
@@ -267,6 +298,8 @@ class Pump:
                         if progress is None
                         else f"no progress for {timeout} s"
                     )
+                if self.sweep_every is not None and now - self.swept_at >= self.sweep_every:
+                    self.sweep()
                 if any([self.deliver(name) for name in self.handlers]):  # noqa: C419 - deliver to every queue
                     idle = IDLE_FIRST
                     continue
@@ -305,6 +338,14 @@ class Pump:
         if session is None:
             session = self.sessions[function] = boto3.session.Session()
         boto3.DEFAULT_SESSION = session
+
+    def sweep(self) -> None:
+        """One run of the sweeper, as its schedule fires it (never killed: the kills are the work queues')."""
+        self.swept_at = time.monotonic()
+        self.killer.invocation(None)
+        self._as("sweeper")
+        event = {"source": "aws.scheduler", "time": datetime.now(UTC).isoformat(timespec="seconds")}
+        self.sweeps.append(load_function("sweeper").handler(event, LambdaContext(remaining_millis=300_000)))
 
     def deliver(self, function: str) -> bool:
         module, url, arn = self.handlers[function]
