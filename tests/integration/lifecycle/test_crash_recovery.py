@@ -340,12 +340,20 @@ class Pump:
         boto3.DEFAULT_SESSION = session
 
     def sweep(self) -> None:
-        """One run of the sweeper, as its schedule fires it (never killed: the kills are the work queues')."""
+        """One run of the sweeper, as its schedule fires it (never killed: the kills are the work queues'), in a
+        container of its own: what it caches (the cluster's client, signed as the sweeper's role) must not serve
+        the drain function's next message, nor what the drain function cached serve it."""
         self.swept_at = time.monotonic()
         self.killer.invocation(None)
-        self._as("sweeper")
-        event = {"source": "aws.scheduler", "time": datetime.now(UTC).isoformat(timespec="seconds")}
-        self.sweeps.append(load_function("sweeper").handler(event, LambdaContext(remaining_millis=300_000)))
+        fresh_container()
+        try:
+            self._as("sweeper")
+            event = {"source": "aws.scheduler", "time": datetime.now(UTC).isoformat(timespec="seconds")}
+            self.sweeps.append(
+                load_function("sweeper").handler(event, LambdaContext(remaining_millis=300_000))
+            )
+        finally:
+            fresh_container()
 
     def deliver(self, function: str) -> bool:
         module, url, arn = self.handlers[function]
