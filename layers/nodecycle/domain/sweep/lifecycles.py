@@ -63,8 +63,9 @@ class LifecycleRepair:
     "The next sweep" is reckoned two intervals away, not one: sweeps run one at a time (the function's
     reserved concurrency is 1), so a sweep slowed down by the very faults that stalled the queue (throttling,
     5xx) pushes the next one back. Seen in the fault campaign: a 12 s sweep under AWS error storms delayed the
-    next by 10 s and an action ran out (seed 5, scenario 211). The cost is at most one heartbeat per open
-    action per sweep.
+    next by 10 s and an action ran out (seed 5, scenario 211). Under an interval shorter than the sweep's 300 s
+    timeout (SweepIntervalMinutes 1 to 4), further: what the sweep's invocation has left, and an interval after
+    it (``_next_sweep_within``). The cost is at most one heartbeat per open action per sweep.
 
     A sweep that started late (``SweepTime.late``: its schedule delivered late, or the sweep before failed) may
     find actions that ended meanwhile, and the next sweep may come as late. So:
@@ -154,7 +155,8 @@ class LifecycleRepair:
             now = max(now, self._clock.now())
             before = counts["RepairsFailed"]
             try:
-                current, unread = self._as_it_is(record, now, late)
+                ahead = self._next_sweep_within(time, late)
+                current, unread = self._as_it_is(record, now, late, ahead)
                 if current is None:
                     found_over(open_records, record.id)  # (not counted open in the report)
                     continue  # over since the index listed it
@@ -163,7 +165,7 @@ class LifecycleRepair:
                 last = record.action_open and self._last_chance(record, now, late if overdue else timedelta())
                 unkept = False
                 try:
-                    kept = self._keep_alive(record, now, counts, late)
+                    kept = self._keep_alive(record, now, counts, ahead)
                 except Exception as error:
                     if not (last or overdue):
                         raise
@@ -212,7 +214,7 @@ class LifecycleRepair:
         return True, record.due_at
 
     def _as_it_is(
-        self, listed: LifecycleRecord, now: datetime, late: timedelta
+        self, listed: LifecycleRecord, now: datetime, late: timedelta, ahead: timedelta
     ) -> tuple[LifecycleRecord | None, bool]:
         """The lifecycle as the table holds it, when its listed version calls for anything (a heartbeat, a
         resend, a settlement: each counted, the stalled and stuck ones for their alarms); None when it is over.
@@ -225,7 +227,7 @@ class LifecycleRepair:
         (the reads grow with what the sweep does, not with what it lists). A read DynamoDB refuses (throttled
         past the client's retries) leaves the listed version, which heartbeats and conditional writes cannot
         harm (keeping actions alive comes first), and fails the sweep (``True``: unread)."""
-        if not self._calls_for(listed, now, late):
+        if not self._calls_for(listed, now, late, ahead):
             return listed, False
         try:
             current = self._records.get(listed.id)
@@ -296,18 +298,31 @@ class LifecycleRepair:
             return None
         return None if found is None else found.heartbeat_timeout
 
-    def _calls_for(self, record: LifecycleRecord, now: datetime, late: timedelta) -> bool:
+    def _calls_for(self, record: LifecycleRecord, now: datetime, late: timedelta, ahead: timedelta) -> bool:
         """Whether the sweep would act on ``record`` as it is: resend it, settle it, or heartbeat its action."""
         overdue = record.overdue(now, self._grace)
         return (
             overdue
             or (record.action_open and self._last_chance(record, now, late if overdue else timedelta()))
-            or self._heartbeat_due(record, now, late)
+            or self._heartbeat_due(record, now, ahead)
         )
 
-    def _heartbeat_due(self, record: LifecycleRecord, now: datetime, late: timedelta) -> bool:
-        """Whether the action's heartbeat deadline comes before the next sweep can (as late as this one), or the
-        record shows it past (a late sweep: the action may have ended)."""
+    def _next_sweep_within(self, time: SweepTime, late: timedelta) -> timedelta:
+        """How long from now the next sweep may take to come, as late as this one: two intervals (a sweep slowed
+        down by the faults that stalled the queue pushes the next one back, see the class), or, when this sweep may
+        run longer than an interval (SweepIntervalMinutes under its 300 s timeout: throttled calls, a backlog), the
+        time its invocation has left and an interval after it. Sweeps run one at a time (reserved concurrency 1):
+        a tick that comes meanwhile is throttled and tried again by Lambda with a back-off, and the next sweep starts
+        once this one ended, up to an interval later (the next tick, which finds the function free). Reckoned two
+        intervals ahead alone, an action of the doctor's 600 s hook lapsed under 1-minute sweeps that each ran to
+        their reserve (seen 640 s after its last heartbeat: tests/unit/sweeper/test_sweep_longer_than_its_interval.py).
+        """
+        this_one = timedelta(seconds=max(0.0, time.invocation_left()))
+        return max(2 * self._interval, this_one + self._interval) + late
+
+    def _heartbeat_due(self, record: LifecycleRecord, now: datetime, ahead: timedelta) -> bool:
+        """Whether the action's heartbeat deadline comes before the next sweep can (``ahead`` from now: see
+        ``_next_sweep_within``), or the record shows it past (a late sweep: the action may have ended)."""
         if not record.action_open:
             return False
         # Past its deadline by the record, the action may have timed out: asked, so that an expiry is told as one
@@ -315,16 +330,16 @@ class LifecycleRepair:
         lapsed = now >= min(record.heartbeat_deadline, record.global_deadline)
         return lapsed or not (
             record.heartbeat_deadline >= record.global_deadline  # the global timeout comes first anyway
-            or record.heartbeat_deadline > now + 2 * self._interval + self._margin + late
+            or record.heartbeat_deadline > now + ahead + self._margin
             or now >= record.global_deadline - 2 * self._margin  # settled right away instead
         )
 
     def _keep_alive(
-        self, record: LifecycleRecord, now: datetime, counts: Counts, late: timedelta
+        self, record: LifecycleRecord, now: datetime, counts: Counts, ahead: timedelta
     ) -> LifecycleRecord | None:
         """Heartbeat the action if it is due (``_heartbeat_due``); the record as it is now, or None when the
         engine moved it meanwhile (it is alive) or it went past its completion."""
-        if not self._heartbeat_due(record, now, late):
+        if not self._heartbeat_due(record, now, ahead):
             return record
         # An action no step confirmed yet is heartbeated through the confirmation, as the engine's keep-alive does:
         # it looks where the instance is first, so a token Auto Scaling may take named with another group than its
