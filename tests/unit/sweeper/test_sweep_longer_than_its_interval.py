@@ -10,10 +10,12 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+import pytest
+
 from nodecycle.domain.sweep.sweep_time import SweepTime
 from nodecycle.domain.sweep.sweeper import Counts
 from tests.support.fakes import T0
-from tests.unit.foundation.test_engine import PLAN, make_record
+from tests.unit.foundation.test_engine import PLAN, kept_alive, make_record
 from tests.unit.sweeper.test_sweeper import MARGIN, Repair
 
 INTERVAL = timedelta(minutes=1)  # SweepIntervalMinutes=1
@@ -76,3 +78,42 @@ def test_an_action_beyond_this_sweep_and_an_interval_is_left_to_the_next_sweep()
     # When a sweep runs, Then it does not heartbeat it yet (at most one heartbeat per action per sweep)
     sweep(repair, left=300)
     assert repair.autoscaling.heartbeats == []
+
+
+@pytest.mark.xfail(
+    strict=True,
+    reason="a stalled action's last chance is reckoned an interval (and this sweep's lateness) ahead, not this sweep's "
+    "overrun: allowing for the worst case would settle every stalled action minutes early at every 1-minute sweep "
+    "(and in the sandbox, whose sweeper keeps its 300 s timeout under a compressed schedule and global timeouts, at "
+    "once); left to the settings (settle_before), which do not count the sweep's own length",
+)
+def test_a_stalled_action_is_settled_before_a_sweep_that_runs_to_its_reserve_pushes_the_next_past_its_end() -> (
+    None
+):
+    # Given a stalled drain kept alive so far under a hook of 600 s, 215 s before its global timeout: just before
+    # its last chance as an on-time 1-minute schedule reckons it (settle_before, 210 s), and 1-minute sweeps that
+    # each run 255 s, so that the next one comes up to 315 s later, after that global timeout
+    repair = one_minute_sweeps()
+    record = make_record(
+        PLAN,
+        node="n1",
+        seq=4,
+        heartbeat_timeout=HOOK,
+        heartbeat_deadline=T0 + timedelta(seconds=HOOK),
+        global_deadline=T0 + 100 * timedelta(seconds=HOOK),
+    )
+    repair.clock.current = record.global_deadline - timedelta(seconds=215)
+    record = kept_alive(repair.autoscaling, record, repair.clock.now() - timedelta(seconds=100))
+    assert repair.records.create(
+        record.model_copy(update={"due_at": repair.clock.now() - timedelta(minutes=10)})
+    )
+
+    # When that sweep runs, with its whole invocation ahead of it, and the next one an interval after it ended
+    first = sweep(repair, left=300)
+    repair.clock.current += LONG + INTERVAL
+    second = sweep(repair, left=300)
+
+    # Then the first settles the action itself, before its global timeout: Auto Scaling does not end it with the
+    # hook's default result
+    assert (first["LifecyclesSettled"], second["LifecyclesExpired"]) == (1, 0)
+    assert [action.token for action, _ in repair.autoscaling.completed] == [record.token]

@@ -63,9 +63,10 @@ class LifecycleRepair:
     "The next sweep" is reckoned two intervals away, not one: sweeps run one at a time (the function's
     reserved concurrency is 1), so a sweep slowed down by the very faults that stalled the queue (throttling,
     5xx) pushes the next one back. Seen in the fault campaign: a 12 s sweep under AWS error storms delayed the
-    next by 10 s and an action ran out (seed 5, scenario 211). Under an interval shorter than the sweep's 300 s
-    timeout (SweepIntervalMinutes 1 to 4), further: what the sweep's invocation has left, and an interval after
-    it (``_next_sweep_within``). The cost is at most one heartbeat per open action per sweep.
+    next by 10 s and an action ran out (seed 5, scenario 211). The cost is at most one heartbeat per open
+    action per sweep. Under an interval shorter than the sweep's 300 s timeout (SweepIntervalMinutes 1 to 4), this
+    sweep may itself outlast an interval and push the next one back further: by its overrun (``_overrun``), which
+    the heartbeats allow for as they allow for lateness (below).
 
     A sweep that started late (``SweepTime.late``: its schedule delivered late, or the sweep before failed) may
     find actions that ended meanwhile, and the next sweep may come as late. So:
@@ -154,9 +155,11 @@ class LifecycleRepair:
             # seconds (throttled, retried), and a start time would find a lost message "not yet overdue".
             now = max(now, self._clock.now())
             before = counts["RepairsFailed"]
+            # (how much later than on schedule the next sweep may come to heartbeat: as late as this one, and after
+            # this one's end)
+            later = late + self._overrun(time)
             try:
-                ahead = self._next_sweep_within(time, late)
-                current, unread = self._as_it_is(record, now, late, ahead)
+                current, unread = self._as_it_is(record, now, late, later)
                 if current is None:
                     found_over(open_records, record.id)  # (not counted open in the report)
                     continue  # over since the index listed it
@@ -165,7 +168,7 @@ class LifecycleRepair:
                 last = record.action_open and self._last_chance(record, now, late if overdue else timedelta())
                 unkept = False
                 try:
-                    kept = self._keep_alive(record, now, counts, ahead)
+                    kept = self._keep_alive(record, now, counts, later)
                 except Exception as error:
                     if not (last or overdue):
                         raise
@@ -202,6 +205,20 @@ class LifecycleRepair:
             raise SweepFailed(f"{counts['RepairsFailed']} lifecycles could not be repaired (the others were)")
         return counts
 
+    def _overrun(self, time: SweepTime) -> timedelta:
+        """How much later than an interval after this moment the next sweep may start because this one is still
+        running: what its invocation has left beyond an interval (none under intervals of 5 minutes or more, the
+        sweep's 300 s timeout). Sweeps run one at a time (reserved concurrency 1): a tick that fires meanwhile is
+        throttled, and Lambda tries it again with a back-off ("from 1 second after the first attempt to a maximum of
+        5 minutes", AWS's "How Lambda handles errors and retries with asynchronous invocation"); the next sweep
+        starts once this one ended, then up to an interval later (the next tick, which finds the function free).
+        Reckoned by the interval alone, 1-minute sweeps that each ran to their reserve (throttled calls, a backlog)
+        let a stalled action of a 600 s hook lapse between two of them (tests/unit/sweeper/
+        test_sweep_longer_than_its_interval.py). Taken for the heartbeats only (one more at most per action and
+        sweep), not for a stalled action's last chance: it is the worst case, not what a sweep usually takes, and
+        settling by it would complete every stalled action minutes early at every sweep, resumable or not."""
+        return max(timedelta(seconds=time.invocation_left()) - self._interval, timedelta())
+
     def _urgency(self, record: LifecycleRecord) -> tuple[bool, datetime]:
         """The order of the repairs: the open actions first, the one Auto Scaling would end soonest (its
         heartbeat deadline, or the point where it is settled) first; then the rest by due time. A sweep that
@@ -214,7 +231,7 @@ class LifecycleRepair:
         return True, record.due_at
 
     def _as_it_is(
-        self, listed: LifecycleRecord, now: datetime, late: timedelta, ahead: timedelta
+        self, listed: LifecycleRecord, now: datetime, late: timedelta, later: timedelta
     ) -> tuple[LifecycleRecord | None, bool]:
         """The lifecycle as the table holds it, when its listed version calls for anything (a heartbeat, a
         resend, a settlement: each counted, the stalled and stuck ones for their alarms); None when it is over.
@@ -227,7 +244,7 @@ class LifecycleRepair:
         (the reads grow with what the sweep does, not with what it lists). A read DynamoDB refuses (throttled
         past the client's retries) leaves the listed version, which heartbeats and conditional writes cannot
         harm (keeping actions alive comes first), and fails the sweep (``True``: unread)."""
-        if not self._calls_for(listed, now, late, ahead):
+        if not self._calls_for(listed, now, late, later):
             return listed, False
         try:
             current = self._records.get(listed.id)
@@ -298,31 +315,19 @@ class LifecycleRepair:
             return None
         return None if found is None else found.heartbeat_timeout
 
-    def _calls_for(self, record: LifecycleRecord, now: datetime, late: timedelta, ahead: timedelta) -> bool:
-        """Whether the sweep would act on ``record`` as it is: resend it, settle it, or heartbeat its action."""
+    def _calls_for(self, record: LifecycleRecord, now: datetime, late: timedelta, later: timedelta) -> bool:
+        """Whether the sweep would act on ``record`` as it is: resend it, settle it, or heartbeat its action
+        (``later``: the lateness its heartbeat allows for, this sweep's overrun with it)."""
         overdue = record.overdue(now, self._grace)
         return (
             overdue
             or (record.action_open and self._last_chance(record, now, late if overdue else timedelta()))
-            or self._heartbeat_due(record, now, ahead)
+            or self._heartbeat_due(record, now, later)
         )
 
-    def _next_sweep_within(self, time: SweepTime, late: timedelta) -> timedelta:
-        """How long from now the next sweep may take to come, as late as this one: two intervals (a sweep slowed
-        down by the faults that stalled the queue pushes the next one back, see the class), or, when this sweep may
-        run longer than an interval (SweepIntervalMinutes under its 300 s timeout: throttled calls, a backlog), the
-        time its invocation has left and an interval after it. Sweeps run one at a time (reserved concurrency 1):
-        a tick that comes meanwhile is throttled and tried again by Lambda with a back-off, and the next sweep starts
-        once this one ended, up to an interval later (the next tick, which finds the function free). Reckoned two
-        intervals ahead alone, an action of the doctor's 600 s hook lapsed under 1-minute sweeps that each ran to
-        their reserve (seen 640 s after its last heartbeat: tests/unit/sweeper/test_sweep_longer_than_its_interval.py).
-        """
-        this_one = timedelta(seconds=max(0.0, time.invocation_left()))
-        return max(2 * self._interval, this_one + self._interval) + late
-
-    def _heartbeat_due(self, record: LifecycleRecord, now: datetime, ahead: timedelta) -> bool:
-        """Whether the action's heartbeat deadline comes before the next sweep can (``ahead`` from now: see
-        ``_next_sweep_within``), or the record shows it past (a late sweep: the action may have ended)."""
+    def _heartbeat_due(self, record: LifecycleRecord, now: datetime, late: timedelta) -> bool:
+        """Whether the action's heartbeat deadline comes before the next sweep can (as late as this one), or the
+        record shows it past (a late sweep: the action may have ended)."""
         if not record.action_open:
             return False
         # Past its deadline by the record, the action may have timed out: asked, so that an expiry is told as one
@@ -330,16 +335,16 @@ class LifecycleRepair:
         lapsed = now >= min(record.heartbeat_deadline, record.global_deadline)
         return lapsed or not (
             record.heartbeat_deadline >= record.global_deadline  # the global timeout comes first anyway
-            or record.heartbeat_deadline > now + ahead + self._margin
+            or record.heartbeat_deadline > now + 2 * self._interval + self._margin + late
             or now >= record.global_deadline - 2 * self._margin  # settled right away instead
         )
 
     def _keep_alive(
-        self, record: LifecycleRecord, now: datetime, counts: Counts, ahead: timedelta
+        self, record: LifecycleRecord, now: datetime, counts: Counts, late: timedelta
     ) -> LifecycleRecord | None:
         """Heartbeat the action if it is due (``_heartbeat_due``); the record as it is now, or None when the
         engine moved it meanwhile (it is alive) or it went past its completion."""
-        if not self._heartbeat_due(record, now, ahead):
+        if not self._heartbeat_due(record, now, late):
             return record
         # An action no step confirmed yet is heartbeated through the confirmation, as the engine's keep-alive does:
         # it looks where the instance is first, so a token Auto Scaling may take named with another group than its
