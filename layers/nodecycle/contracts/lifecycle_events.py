@@ -116,7 +116,11 @@ class _LifecycleFields(BaseModel):
 
     # defer_build (inherited by HookNotification): an invocation reads hook notifications from the queue or
     # EventBridge events, rarely both, and builds the model of the one it reads (see EventBridgeEnvelope)
-    model_config = ConfigDict(extra="ignore", str_strip_whitespace=True, defer_build=True)
+    # No whitespace stripped: Auto Scaling lets a group's name begin or end with spaces (its API model's
+    # ResourceName: any XML character, 1 to 1,600), and "ng " is another group than "ng" (another stack's, or
+    # none's), read as it would be taken in as this stack's. What AWS writes comes as AWS wrote it; a token or an
+    # instance id padded with spaces is not AWS's, and its pattern refuses it.
+    model_config = ConfigDict(extra="ignore", defer_build=True)
 
     # Each free-text field as long as Auto Scaling lets it be (names of 255 characters, metadata of 1,023;
     # origins and destinations are short words): what the queue takes (1 MiB) can outgrow the record's item
