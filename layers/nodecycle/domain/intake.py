@@ -312,6 +312,10 @@ class Intake:
             facts = looked_up.get(event.instance_id)
         if facts is None:
             facts = self._listed_late(event)
+        if facts is None and event.cause is Transition.STATE_CHANGE:
+            facts = self._forgotten(event)
+            if facts is None:
+                return IntakeOutcome.UNMANAGED
         if facts is None:
             log.warning("dropped: EC2 does not know instance %s (%s)", event.instance_id, event.cause.short)
             self._metrics.count("LifecycleEventsRejected", reason="unknown-instance")
@@ -442,6 +446,45 @@ class Intake:
                     (self._clock.now() - now).total_seconds(),
                 )
                 return facts
+        return None
+
+    def _forgotten(self, event: DisruptionEvent) -> InstanceFacts | None:
+        """The facts of the instance of a state change that EC2 no longer describes, when a record of this stack
+        names it (a disruption's, of any cause: the instance was this stack's, and is gone now); None, told as
+        another's, when none does. EC2 describes a terminated instance for a while only (DescribeInstances:
+        "usually less than one hour"), and never another account's: a state change that comes later (Lambda's
+        retries of a backlog, a dead-letter queue redriven) names an instance that is gone, and its rule takes in
+        every instance of the account and region. Rejected, each paged (RejectedEventsAlarm), as many as the account
+        terminated during the backlog, nearly all of them never this stack's. This stack's own is gone (a stop told
+        late is of an instance terminated since): its lifecycle frees what it held at once, as for a termination
+        EC2 confirms. (One this stack took in only through its hooks has no such record: the sweeper frees what it
+        held, its budget entry once EC2 no longer lists it alive, its address past the sweep grace.)"""
+        for cause in Transition:
+            if cause.has_hook:
+                continue
+            known = self._records.get(record_id(event.instance_id, cause, event.event_id))
+            if known is not None and known.owner == self._owner:
+                log.info(
+                    "%s of %s, which EC2 no longer describes: gone, and this stack's (its %s record)",
+                    event.state,
+                    event.instance_id,
+                    cause.short,
+                )
+                tags = {} if known.group else {OWNER_TAG: self._owner}  # (one of no group: tagged for it)
+                return InstanceFacts(
+                    instance_id=event.instance_id,
+                    state="terminated",
+                    group=known.group or None,
+                    tags=tags,
+                    spot_request=None,
+                )
+        log.info(
+            "acknowledged: %s of %s, which EC2 no longer describes and no record of this stack names: another's, "
+            "told late",
+            event.state,
+            event.instance_id,
+        )
+        self._metrics.count("LifecycleActionsIgnored")
         return None
 
     def _told_already(self, event: DisruptionEvent) -> bool:
