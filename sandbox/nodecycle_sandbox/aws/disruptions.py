@@ -28,6 +28,7 @@ import math
 import time
 import uuid
 from collections.abc import Iterable
+from dataclasses import dataclass, field
 from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any
 
@@ -51,6 +52,20 @@ MARKED = "marked-for-termination"
 REBALANCE_LOOK_SECONDS = 0.2
 # The scheduled events EC2 carries out by stopping the instance (the others reboot it, or leave it running)
 GOING_CODES = frozenset({"instance-stop", "instance-retirement"})
+
+
+@dataclass
+class _Told:
+    """An AWS Health event of scheduled maintenance as it was told: its instances, code and window, and the
+    instances whose part of it is over."""
+
+    instances: list[str]
+    code: str
+    starts: float
+    ends: float
+    resolved: set[str] = field(default_factory=set)
+
+
 ENDED = ("[Completed]", "[Canceled]")  # how EC2 prefixes the description of an event over or called off
 
 
@@ -126,6 +141,9 @@ class DisruptionEmulator:
         self._replacing: set[str] = set()
         # instances EC2 recommended rebalancing (an interruption of one not among them is told with its recommendation)
         self._recommended: set[str] = set()
+        # Each Health event as it was told, by its ARN: its instances, code and window, and the instances whose part
+        # of it is over. An update names them all, each with its status, and closes the event once none is left.
+        self._health_told: dict[str, _Told] = {}
 
     @property
     def _ec2(self) -> Any:
@@ -277,11 +295,13 @@ class DisruptionEmulator:
             told = ec2_events.health_scheduled_change(
                 **self._common(), instance_ids=list(instance_ids), code=code, starts=starts, ends=ends
             )
+            arn = told["detail"]["eventArn"]
+            self._health_told[arn] = _Told(instances=list(instance_ids), code=code, starts=starts, ends=ends)
             for instance_id in instance_ids:
                 instance = self._ec2.get_instance(instance_id)
                 events = list(getattr(instance, "events", None) or [])
                 event_id = f"instance-event-{uuid.uuid4().hex[:17]}"
-                self._health_arns[event_id] = told["detail"]["eventArn"]
+                self._health_arns[event_id] = arn
                 events.append(
                     {
                         "InstanceEventId": event_id,
@@ -311,17 +331,37 @@ class DisruptionEmulator:
                 if not canceled and first["Code"] in GOING_CODES and instance.state == "running":
                     self._ec2.stop_instances([instance_id])
                     self.state_changed([instance_id], ("stopping", "stopped"))
-                self._publish(
-                    ec2_events.health_scheduled_change(
-                        **self._common(),
-                        instance_ids=[instance_id],
-                        code=first["Code"],
-                        starts=first["NotBefore"].timestamp(),
-                        ends=first["NotAfter"].timestamp(),
-                        status="closed",
-                        event_arn=self._health_arns.get(first["InstanceEventId"]),
-                    )
-                )
+                self._publish(self._health_update(instance_id, first))
+
+    def _health_update(self, instance_id: str, ended: dict[str, Any]) -> dict[str, Any]:
+        """AWS Health's update of the event that told of ``ended``, the scheduled event of ``instance_id`` just
+        carried out or called off: the event again, under its ARN, naming all its instances, this one's part
+        RESOLVED; closed once every instance's part is, open (or still upcoming) while others wait for theirs."""
+        arn = self._health_arns.get(ended["InstanceEventId"])
+        told = self._health_told.get(arn) if arn is not None else None
+        if told is None:  # (an event set on the instance some other way: told as one of its own)
+            told = _Told(
+                instances=[instance_id],
+                code=ended["Code"],
+                starts=ended["NotBefore"].timestamp(),
+                ends=ended["NotAfter"].timestamp(),
+            )
+        told.resolved.add(instance_id)
+        common = self._common()
+        if set(told.instances) <= told.resolved:
+            status = "closed"
+        else:
+            status = "open" if common["at"] >= told.starts else "upcoming"
+        return ec2_events.health_scheduled_change(
+            **common,
+            instance_ids=told.instances,
+            code=told.code,
+            starts=told.starts,
+            ends=told.ends,
+            status=status,
+            event_arn=arn,
+            resolved=frozenset(told.resolved),
+        )
 
     # -- state changes outside the hooks --------------------------------------------------------
 

@@ -116,9 +116,15 @@ def health_scheduled_change(
     ends: float,
     status: str = "upcoming",
     event_arn: str | None = None,
+    resolved: frozenset[str] = frozenset(),
 ) -> dict[str, Any]:
     """``status``: the Health event's (``upcoming``, ``open``, ``closed``); ``event_arn``: the event's own, for an
-    update of it (Health sends its event again, a new EventBridge id under the same ARN, when it changes it)."""
+    update of it (Health sends its event again, a new EventBridge id under the same ARN, when it changes it);
+    ``resolved``: the instances whose part of it is over (their entity's status ``RESOLVED``; the others'
+    ``PENDING``). One event names many instances, each with its own status: AWS Health's entity status codes are
+    IMPAIRED, UNIMPAIRED, UNKNOWN, PENDING and RESOLVED (health/latest/APIReference, AccountEntityAggregate), and
+    its planned events list each resource PENDING until its change is done, RESOLVED after (as AWS Batch's guide to
+    Health's planned lifecycle events says), while the event stays open for the others."""
     type_code = HEALTH_CODES[code]
     event = _envelope(
         source="aws.health", detail_type=HEALTH_EVENT, at=at, account=account, region=region, resources=[]
@@ -142,7 +148,7 @@ def health_scheduled_change(
             {
                 "entityValue": instance_arn(region=region, account=account, instance_id=instance),
                 "lastUpdatedTime": _rfc1123(at),
-                "status": "PENDING",
+                "status": "RESOLVED" if instance in resolved else "PENDING",
             }
             for instance in instance_ids
         ],

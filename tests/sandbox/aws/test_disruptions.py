@@ -394,3 +394,34 @@ def test_scheduled_maintenance_ended_is_told_by_its_health_event_closed(aws: Emu
     assert told[3]["detail"]["eventArn"] == told[1]["detail"]["eventArn"]
     assert told[2]["id"] != told[0]["id"]
     assert shape(told[2]) == shape(sample("eventbridge-health-scheduled-retirement.json"))
+
+
+def test_one_health_event_of_many_instances_is_told_again_with_each_instances_status(aws: Emulation) -> None:
+    # Given one AWS Health event scheduling the retirement of two instances (Health names every affected instance
+    # of an account in one event, each with its status: PENDING until its part is done, RESOLVED after)
+    group = aws.group(size=2)
+    first, second = sorted(group.instances())
+    group.schedule_maintenance([first, second], code="system-reboot", starts_in=3600)
+
+    # When EC2 carries out the first's, then calls off the second's
+    group.end_maintenance([first])
+    group.end_maintenance([second], canceled=True)
+
+    # Then Health sends the event again under its ARN, naming both each time: still upcoming while one instance's
+    # part waits, closed once none does
+    told = ec2_events(aws, "AWS Health Event")
+    statuses = [
+        (e["detail"]["statusCode"], [(named_one(x), x["status"]) for x in e["detail"]["affectedEntities"]])
+        for e in told
+    ]
+    assert statuses == [
+        ("upcoming", [(first, "PENDING"), (second, "PENDING")]),
+        ("upcoming", [(first, "RESOLVED"), (second, "PENDING")]),
+        ("closed", [(first, "RESOLVED"), (second, "RESOLVED")]),
+    ]
+    assert len({e["detail"]["eventArn"] for e in told}) == 1
+    assert len({e["id"] for e in told}) == 3
+
+
+def named_one(entity: dict[str, Any]) -> str:
+    return str(entity["entityValue"]).rsplit("/", 1)[-1]
