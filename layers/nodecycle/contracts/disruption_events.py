@@ -63,10 +63,18 @@ class _StateChange(_Detail):
     state: str
 
 
+# The status of an affected entity whose part of the event is over (AWS Health's entity status codes: IMPAIRED,
+# UNIMPAIRED, UNKNOWN, PENDING, RESOLVED). One Health event names every affected instance of the account, each
+# PENDING until its change is done or called off, RESOLVED after, while the event stays open for the others.
+RESOLVED = "RESOLVED"
+
+
 class _Entity(BaseModel):
     model_config = ConfigDict(extra="ignore", defer_build=True)
 
     entityValue: str
+    # (absent from older events and from the schema's sample retirement: as PENDING, left to EC2's listing)
+    status: str | None = None
 
 
 def _health_time(value: Any) -> Any:
@@ -175,9 +183,21 @@ def from_eventbridge(event: Mapping[str, Any], delivery: str = "eventbridge") ->
         raise NotADisruption(
             f"AWS Health event {shown(health.eventTypeCode)} closed: its maintenance is over or called off"
         )
-    instances = sorted(
-        {found for e in health.affectedEntities if (found := _instance_of(e.entityValue)) is not None}
-    )
+    # An instance whose part is RESOLVED has nothing left to drain for: taken in, the update sent when one
+    # instance's part ended was rejected as stale once the window had opened (EC2 lists that maintenance as
+    # completed: RejectedEventsAlarm paged at every maintenance of more than one instance), and drained a node for
+    # nothing before it (a part called off, told to a stack that had not taken the event in).
+    named = {found for e in health.affectedEntities if (found := _instance_of(e.entityValue)) is not None}
+    resolved = {
+        found
+        for e in health.affectedEntities
+        if e.status == RESOLVED and (found := _instance_of(e.entityValue)) is not None
+    }
+    instances = sorted(named - resolved)
+    if named and not instances:
+        raise NotADisruption(
+            f"AWS Health event {shown(health.eventTypeCode)}: the part of each instance it names is resolved"
+        )
     if not instances:
         # AWS's own, about no instance: a Dedicated Host's maintenance names the host (h-...), a public event no
         # resource at all (Health's EventBridge schema: ``resources`` is empty then). Refused as malformed, each
