@@ -8,7 +8,7 @@ evictions), and an instance EC2 shows stopped."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import UTC, datetime, timedelta
+from datetime import UTC, datetime
 
 import boto3
 import pytest
@@ -18,16 +18,17 @@ from nodecycle.adapters.aws.instances import Ec2Instances
 from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.domain.drain.common import SPOT_MARGIN
 from nodecycle.domain.drain.evict import Evict
-from nodecycle.domain.model import SPOT_ACTION, Step, Transition
+from nodecycle.domain.model import Step
 from nodecycle_sandbox.aws.group import SANDBOX_AMI, wait_for
 from nodecycle_sandbox.aws.install import install
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube.cluster import drain_server, run
 from tests.integration.kube.test_kube_drain_steps import NODE
 from tests.integration.kube.test_kube_drain_steps import SEED as DRAIN_STEPS_SEED
+from tests.integration.kube.test_kube_spot_stop_restart import warned_at_its_cordon
 from tests.support.fakes import FakeMetrics
 from tests.unit.drain.builders import no_end
-from tests.unit.drain.test_drain_steps import FakeEvents, FakeSlots, cordon, policy, spot, wakes_to_nowhere
+from tests.unit.drain.test_drain_steps import FakeEvents, FakeSlots, cordon, policy, wakes_to_nowhere
 
 REGION = "eu-west-1"
 
@@ -59,22 +60,10 @@ def test_the_drain_of_a_hibernating_spot_instance_ends_at_once_rather_than_at_it
 ) -> None:
     instances, instance = ec2
     now = datetime.now(UTC).replace(microsecond=0)
-    # (as the warning is timed: two minutes, which hibernation does not give)
-    strikes = now + timedelta(minutes=2)
     # Given a Spot interruption whose warning said EC2 hibernates the instance, its node cordoned for the drain
-    record = spot(
-        Step.CORDON,
-        id=f"{instance}/{Transition.SPOT_INTERRUPTION.short}",
-        instance_id=instance,
-        node=NODE,
-        zone="eu-west-1a",
-        group="",
-        started_at=now,
-        received_at=now,
-        heartbeat_deadline=strikes,
-        global_deadline=strikes,
-        extra={SPOT_ACTION: "hibernate"},
-    )
+    # (its deadlines as the warning is timed: two minutes, which hibernation does not give)
+    record = warned_at_its_cordon(instance, now, "hibernate")
+    strikes = record.global_deadline
     claimed = cordon(cluster)(record, now)
     assert (claimed.then, claimed.again) == (None, False), claimed  # (on to the eviction)
     record = record.model_copy(update={"step": Step.EVICT, **claimed.changes})

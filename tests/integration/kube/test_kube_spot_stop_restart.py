@@ -17,7 +17,7 @@ from nodecycle.adapters.aws.instances import Ec2Instances
 from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.domain.drain.cleanup import Cleanup
 from nodecycle.domain.engine import Outcome
-from nodecycle.domain.model import LifecycleRecord, Step, Transition
+from nodecycle.domain.model import SPOT_ACTION, LifecycleRecord, Step, Transition
 from nodecycle_sandbox.aws.group import SANDBOX_AMI, wait_for
 from nodecycle_sandbox.aws.install import install
 from nodecycle_sandbox.kube import KubeServer
@@ -64,6 +64,25 @@ def ready(cluster: KubeCluster) -> bool:
     return found.ready
 
 
+def warned_at_its_cordon(instance: str, now: datetime, action: str) -> LifecycleRecord:
+    """The lifecycle of a Spot interruption of ``instance`` at its cordon, warned at ``now`` that EC2 ``action``s
+    (stops, hibernates) the instance, the warning's two minutes ahead as its deadlines."""
+    strikes = now + timedelta(minutes=2)
+    return spot(
+        Step.CORDON,
+        id=f"{instance}/{Transition.SPOT_INTERRUPTION.short}",
+        instance_id=instance,
+        node=NODE,
+        zone="eu-west-1a",
+        group="",
+        started_at=now,
+        received_at=now,
+        heartbeat_deadline=strikes,
+        global_deadline=strikes,
+        extra={SPOT_ACTION: action},
+    )
+
+
 def unschedulable(server: KubeServer) -> bool:
     stored = server.get_object("nodes", NODE)
     assert stored is not None
@@ -75,21 +94,9 @@ def test_a_node_drained_for_a_spot_stop_takes_pods_again_once_ec2_has_started_it
 ) -> None:
     instances, instance = ec2
     now = datetime.now(UTC).replace(microsecond=0)
-    strikes = now + timedelta(minutes=2)
     # Given a Spot interruption whose warning said EC2 stops the instance, its node cordoned by its drain and emptied
-    record = spot(
-        Step.CORDON,
-        id=f"{instance}/{Transition.SPOT_INTERRUPTION.short}",
-        instance_id=instance,
-        node=NODE,
-        zone="eu-west-1a",
-        group="",
-        started_at=now,
-        received_at=now,
-        heartbeat_deadline=strikes,
-        global_deadline=strikes,
-        extra={"spot_action": "stop"},
-    )
+    record = warned_at_its_cordon(instance, now, "stop")
+    strikes = record.global_deadline
     claimed = cordon(cluster)(record, now)
     assert claimed.then is None, claimed
     assert unschedulable(server)
