@@ -16,8 +16,9 @@ import pytest
 from kubernetes import client
 
 from nodecycle.adapters.kube.cluster_api import NODES_READ_ONE_BY_ONE, KubeCluster
+from nodecycle.domain.budget import DisruptionBudget
 from nodecycle.domain.dispatch import Dispatcher
-from nodecycle.domain.model import Step
+from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.sweep.budget_entries import StaleBudgetEntries
 from nodecycle.domain.sweep.nodes import SweepNodes
 from nodecycle.domain.sweep.sweep_time import SweepTime
@@ -36,6 +37,29 @@ SWEEPER_ROLE = "arn:aws:iam::123456789012:role/nodecycle-SweeperFunctionRole"
 
 def alive(instances: Collection[str]) -> set[str]:
     return set(instances)  # (EC2 says every instance of the entries runs)
+
+
+def sweep_budget(
+    server: KubeServer,
+    budget: DisruptionBudget,
+    records: InMemoryRecords,
+    open_records: list[LifecycleRecord],
+    clock: FakeClock,
+) -> dict[str, int]:
+    """What the sweeper's budget part does with ``open_records`` open, built as the sweeper's wiring builds it (its
+    nodes read as the sweeper's role)."""
+    nodes = SweepNodes(KubeCluster(lambda: server.api_client(SWEEPER_KEY)))
+    part = StaleBudgetEntries(
+        budget=budget,
+        records=records,
+        node_names=nodes.node_names,
+        nodes_now=nodes.nodes_now,
+        alive_instances=alive,
+        waker=Dispatcher(
+            records=records, queues=RecordingQueues(), clock=RecordsClock(), metrics=FakeMetrics()
+        ),
+    )
+    return part(open_records, clock.now(), SweepTime(lambda: 300.0, timedelta(seconds=45)))
 
 
 def test_a_slot_whose_node_the_watch_cache_does_not_show_yet_is_not_swept(
@@ -61,19 +85,7 @@ def test_a_slot_whose_node_the_watch_cache_does_not_show_yet_is_not_swept(
         cordon(core, slot)
 
         # When the sweeper sweeps the budget, its lifecycle open
-        # (built as the sweeper's wiring builds it)
-        nodes = SweepNodes(KubeCluster(lambda: server.api_client(SWEEPER_KEY)))
-        part = StaleBudgetEntries(
-            budget=blue,
-            records=records,
-            node_names=nodes.node_names,
-            nodes_now=nodes.nodes_now,
-            alive_instances=alive,
-            waker=Dispatcher(
-                records=records, queues=RecordingQueues(), clock=RecordsClock(), metrics=FakeMetrics()
-            ),
-        )
-        counts = part([drain], clock.now(), SweepTime(lambda: 300.0, timedelta(seconds=45)))
+        counts = sweep_budget(server, blue, records, [drain], clock)
 
     # Then the draining node keeps its slot, and the next node waits for it
     assert counts == {"SweptHolders": 0, "SweptWaiters": 0}
@@ -111,18 +123,7 @@ def test_the_slots_of_nodes_that_are_gone_are_swept_all_the_same(
     server.reset_counters()
 
     # When the sweeper sweeps the budget
-    nodes = SweepNodes(KubeCluster(lambda: server.api_client(SWEEPER_KEY)))
-    part = StaleBudgetEntries(
-        budget=blue,
-        records=records,
-        node_names=nodes.node_names,
-        nodes_now=nodes.nodes_now,
-        alive_instances=alive,
-        waker=Dispatcher(
-            records=records, queues=RecordingQueues(), clock=RecordsClock(), metrics=FakeMetrics()
-        ),
-    )
-    counts = part(drains, clock.now(), SweepTime(lambda: 300.0, timedelta(seconds=45)))
+    counts = sweep_budget(server, blue, records, drains, clock)
 
     # Then their slots are swept, the nodes missing from the list read again one by one, or, more than a few, in one
     # more list
