@@ -689,15 +689,8 @@ class StepEngine:
             # not where a launch's holds it (the live token of the instance's terminate action, named as its
             # launch), which is no launch ended with its instance. (A TransientError from either retries the
             # step, rather than page for an action that may be neither.)
-            gone = _ended_with_its_instance(record, now, self._autoscaling)
-            if gone is not None and not self._autoscaling.heartbeat(record.action):
-                return record, gone
-            log.warning(
-                "Auto Scaling has no active lifecycle action with this token for %s: nothing is disrupted",
-                record.instance_id,
-            )
             # (counted once its commit lands: see gone_counted)
-            return record, Outcome.goto(after_completion(record), outcome="unknown-action")
+            return record, not_confirmed(record, now, self._autoscaling)
         # (renewed as of Auto Scaling's answer when this function's clock runs ahead of it: see Autoscaling.renewed_at)
         return record.renewed(self._autoscaling.renewed_at(now), verified_at=now), None
 
@@ -958,21 +951,28 @@ def confirmed_near_its_timeout(
     try:
         if autoscaling.confirm(record.action):
             return record.renewed(autoscaling.renewed_at(now), verified_at=now), None
-        gone = _ended_with_its_instance(record, now, autoscaling)
-        if gone is not None and not autoscaling.heartbeat(record.action):
-            return record, gone
+        return record, not_confirmed(record, now, autoscaling)
     except TransientError as error:
         log.info(
             "could not confirm the lifecycle action near its global timeout (its completion asks again): %s",
             error,
         )
         return record, None
+
+
+def not_confirmed(record: LifecycleRecord, now: datetime, autoscaling: Autoscaling) -> Outcome:
+    """Where a lifecycle goes whose action Auto Scaling did not confirm at its first confirmation (``_verify``'s, or
+    near its global timeout): a launch that ended with its instance (the heartbeat asked again: a confirmation also
+    fails for an action active where its instance is not where a launch's holds it), else the unknown action it is,
+    nothing disrupted nor completed. Raises TransientError when Auto Scaling or EC2 does not answer."""
+    gone = _ended_with_its_instance(record, now, autoscaling)
+    if gone is not None and not autoscaling.heartbeat(record.action):
+        return gone
     log.warning(
-        "Auto Scaling has no active lifecycle action with this token for %s near its global timeout: nothing is "
-        "completed",
+        "Auto Scaling has no active lifecycle action with this token for %s: nothing is disrupted nor completed",
         record.instance_id,
     )
-    return record, Outcome.goto(after_completion(record), outcome="unknown-action")
+    return Outcome.goto(after_completion(record), outcome="unknown-action")
 
 
 def _renewal(record: LifecycleRecord, confirmed: LifecycleRecord) -> dict[str, Any]:
