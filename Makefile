@@ -22,12 +22,13 @@ unexport PYTHONDONTWRITEBYTECODE
 export PATH := $(abspath $(BIN)):$(PATH)
 
 .PHONY: help install lock lint lint-types template build pytest durations test test-unit test-contracts test-functions \
-	test-integration test-sandbox test-campaign test-benchmarks demo sandbox bench clean
+	test-integration test-sandbox test-campaign test-crash test-benchmarks demo sandbox bench clean
 
 help:
 	@echo "make demo      run the demo on the local sandbox (sets everything up)"
 	@echo "make test      lint, types, import contracts, template checks, sam build, tests with coverage"
 	@echo "make test-unit | test-contracts | test-functions | test-integration | test-sandbox | test-campaign | test-benchmarks"
+	@echo "make test-crash  the crash tests at every kill point (make test runs a sample of them)"
 	@echo "               one level of the suite (tests/README.md), without coverage"
 	@echo "make sandbox   start the sandbox and keep it running (watch it with kubectl)"
 	@echo "make bench     run the benchmarks and print their ratios"
@@ -96,6 +97,11 @@ test-sandbox: install
 
 test-campaign: install
 	pytest -m campaign -q
+
+# The crash tests at every kill point (make test kills at a sample of them: tests/conftest.py's --kill-points)
+test-crash: install
+	pytest tests/integration/lifecycle/test_crash_recovery.py tests/integration/lifecycle/test_crash_recovery_contended.py \
+		tests/integration/lifecycle/test_crash_recovery_launch.py -q -n $(PYTEST_WORKERS) --dist loadfile --kill-points all
 
 test-benchmarks: install build
 	pytest -m benchmarks -q -n $(PYTEST_WORKERS) --dist loadfile

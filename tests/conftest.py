@@ -32,6 +32,13 @@ def pytest_addoption(parser: pytest.Parser) -> None:
         action="store_true",
         help=f"write each test file's time in this run into {DURATIONS.relative_to(TESTS.parent)} (make durations)",
     )
+    parser.addoption(
+        "--kill-points",
+        choices=("sample", "all"),
+        default="sample",
+        help="the crash tests' kill points: a sample (each kind of call's first, each kind of write's last too) "
+        "or every call a lifecycle makes (make test-crash)",
+    )
 
 
 def pytest_configure(config: pytest.Config) -> None:

@@ -13,6 +13,9 @@ The sweeper runs on a compressed schedule: one crash is repaired by redelivery, 
 messages a first crash cut (its redelivery left a watch) and whose step a second crash then cut short in the
 releasing invocation has no message left: the watch finds its seq moved on and ends, and the releaser's
 redelivery finds its own lifecycle over. The sweeper resumes it (its slot held meanwhile, for at most a sweep).
+
+`make test` kills at a sample of these points (test_crash_recovery.py's `kill_points`), `make test-crash` at
+every one.
 """
 
 from __future__ import annotations
@@ -35,6 +38,7 @@ from tests.integration.lifecycle.test_crash_recovery import (
     calls_of_every_lifecycle,
     counting_calls,
     fresh_container,
+    kill_points,
     kind,
     launch,
     terminate_all,
@@ -76,7 +80,7 @@ def contended() -> Iterator[tuple[Sandbox, Pump, Killer]]:
 
 
 def test_drains_in_line_for_one_slot_killed_after_each_write_of_the_ask_and_hand_over_all_finish_one_at_a_time(
-    contended: tuple[Sandbox, Pump, Killer],
+    contended: tuple[Sandbox, Pump, Killer], request: pytest.FixtureRequest
 ) -> None:
     sandbox, pump, killer = contended
     # Given the budget's first use (not counted), then two lifecycles at once in a new container: one holds the
@@ -93,7 +97,8 @@ def test_drains_in_line_for_one_slot_killed_after_each_write_of_the_ask_and_hand
 
     ask = next(i for i, call in enumerate(plan) if call.startswith("kube:PUT") and "/configmaps/" in call)
     completion = plan.index("autoscaling:CompleteLifecycleAction")
-    points = [ask, *(i for i in range(completion, len(plan)) if not _read_only(plan[i]))]
+    writes = [ask, *(i for i in range(completion, len(plan)) if not _read_only(plan[i]))]
+    points = [writes[i] for i in kill_points([plan[i] for i in writes], request.config)]
     assert any(call.startswith("kube:POST") and call.endswith("/eviction") for call in plan[completion:]), (
         "the waiter's drain did not run in the releasing invocation",
         plan,

@@ -7,6 +7,9 @@ right after the chosen call. A baseline launch in a new container gives the call
 made calls, the N-th launch to be seen killed right after its N-th. No sweeper runs: a crash right after
 AllocateAddress (the call has no idempotency token) must be repaired by the redelivery's look for the addresses
 tagged for its instance, not left to a later sweep.
+
+`make test` kills at a sample of these points (test_crash_recovery.py's `kill_points`), `make test-crash` at
+every one.
 """
 
 from __future__ import annotations
@@ -30,6 +33,7 @@ from tests.integration.lifecycle.test_crash_recovery import (
     calls_of_every_lifecycle,
     counting_calls,
     fresh_container,
+    kill_points,
     kind,
 )
 
@@ -130,7 +134,7 @@ def launch_action(sandbox: Sandbox, instance_id: str) -> Any:
 
 
 def test_a_launch_killed_after_each_api_call_in_turn_still_gets_one_address_and_completes_once(
-    launches: tuple[Sandbox, Pump, LaunchKiller],
+    launches: tuple[Sandbox, Pump, LaunchKiller], request: pytest.FixtureRequest
 ) -> None:
     sandbox, pump, killer = launches
     # Given one launch not counted (the first use of the cluster), then one in a new container, to learn the
@@ -149,21 +153,23 @@ def test_a_launch_killed_after_each_api_call_in_turn_still_gets_one_address_and_
     plan = calls_of_every_lifecycle(killer.launch_invocations(first))
     assert {kind(c) for c in plan} == {kind(c) for c in calls}, (plan, calls)
 
-    # When as many launches run, the N-th seen killed right after its N-th call
-    for number, call in enumerate(plan):
-        point = (kind(call), sum(1 for c in plan[: number + 1] if kind(c) == kind(call)))
+    # When as many launches run as there are kill points, the N-th seen killed right after the N-th point's call
+    points = kill_points(plan, request.config)
+    for index in points:
+        call = plan[index]
+        point = (kind(call), sum(1 for c in plan[: index + 1] if kind(c) == kind(call)))
         if point[0] in once_per_container:
             killer.anywhere.append(point[0])
         else:
             killer.points.append(point)
     killer.kills.clear()
-    victims = launch(sandbox, pump, len(plan))
+    victims = launch(sandbox, pump, len(points))
 
     # Then most kill points were reached: where a launch's calls split into invocations depends on timing (an
     # address EC2 shows a read later, a node Ready at the gate's first look or its second), so on a loaded machine
     # a launch may make fewer calls of a kind than the baseline did
     unreached = len(killer.points) + len(killer.given) + len(killer.anywhere)
-    assert unreached <= len(plan) // 3, (killer.points, killer.given, killer.anywhere, killer.kills)
+    assert unreached <= len(points) // 3, (killer.points, killer.given, killer.anywhere, killer.kills)
     # and every launch ended well: its action completed, CONTINUE, by a call (not a timeout), its record
     # finished; any call after that only a completion's repeat, or the heartbeat a completer that took over a
     # killed one's claim asks first (is the action still this token's? completion.py's _still_its_own), both
