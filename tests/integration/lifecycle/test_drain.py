@@ -1,6 +1,6 @@
 """Drains end to end on the sandbox: PodDisruptionBudgets hold, completion waits for the last pod,
-DaemonSet pods stay, the timeout policy applies, duplicates are harmless, a missing node completes at once,
-another owner's node is left alone."""
+DaemonSet pods stay, the timeout policy applies, duplicates are harmless, the pods of a deleted node are evicted,
+a missing node with none completes at once, another owner's node is left alone."""
 
 from __future__ import annotations
 
@@ -191,9 +191,51 @@ def test_a_duplicated_work_message_drains_once(sandbox: Sandbox) -> None:
     assert action.late_calls == []
 
 
-def test_a_node_that_is_gone_completes_the_action_at_once(sandbox: Sandbox) -> None:
+def test_a_node_deleted_under_its_running_pods_has_them_asked_to_leave_before_its_action_completes(
+    sandbox: Sandbox,
+) -> None:
+    # Given an instance in service whose node object is deleted (kubectl delete node) while it runs: its pods stay
+    # bound to the node's name, running, until the pod garbage collector's quarantine is over (40 s)
     victim = in_service(sandbox)[-1]
-    sandbox.kube.remove_node(node_of(sandbox, victim))
+    node = node_of(sandbox, victim)
+    bound = {
+        p["metadata"]["name"]
+        for p in sandbox.kube.objects("pods")
+        if p["spec"].get("nodeName") == node and p["metadata"]["namespace"] == "shop"
+    }
+    assert bound
+    sandbox.kube.reset_history()
+    sandbox.kube.remove_node(node)
+
+    # When its instance terminates
+    sandbox.asg.terminate(victim)
+    action = wait_terminated(sandbox, victim, timeout=DRAIN_TIMEOUT + 30)
+
+    # Then those pods were evicted (as far as their PodDisruptionBudgets let them go) before the action was
+    # completed, rather than the action completed at once and the instance terminated under them
+    assert action.finished_at is not None
+    evicted = {
+        e.name
+        for e in sandbox.kube.history()
+        if e.time <= action.finished_at and e.resource == "pods/eviction"
+    }
+    assert evicted & bound
+    assert wait_finished(sandbox, victim).outcome == "node-gone"
+
+
+def test_a_node_that_is_gone_with_no_pod_bound_to_it_completes_the_action_at_once(sandbox: Sandbox) -> None:
+    # Given an instance in service whose node object is deleted and its pods gone with it (the garbage collector's
+    # quarantine over, their replacements elsewhere)
+    victim = in_service(sandbox)[-1]
+    quarantine = sandbox.kube.pod_gc_quarantine_seconds
+    sandbox.kube.pod_gc_quarantine_seconds = 0
+    try:
+        sandbox.kube.remove_node(node_of(sandbox, victim))
+        sandbox.kube.settle(timeout=30)
+    finally:
+        sandbox.kube.pod_gc_quarantine_seconds = quarantine
+
+    # When its instance terminates, Then nothing is left to drain: the action is completed at once
     sandbox.asg.terminate(victim)
     action = wait_terminated(sandbox, victim, timeout=20)
     assert action.finished_at - action.started_at < 10  # type: ignore[operator]

@@ -28,6 +28,7 @@ from nodecycle.domain.drain.common import (
     _waiters_backoff,
     _wake,
 )
+from nodecycle.domain.drain.orphans import deleted_node
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import TransientError, retry_after_wait
 from nodecycle.domain.flow import settle_step
@@ -38,7 +39,7 @@ from nodecycle.domain.model import (
     Transition,
     record_id,
 )
-from nodecycle.domain.nodes import NodeFinder
+from nodecycle.domain.nodes import NODE_NAME, PRIVATE_DNS, NodeFinder
 from nodecycle.domain.policy import DrainPolicy
 from nodecycle.domain.ports.budget import Slots
 from nodecycle.domain.ports.cluster import Cluster, Events, Refused
@@ -158,6 +159,18 @@ class AcquireSlot:
                 # Not looked for yet, gone, or its name taken by another instance's node: look for the instance's
                 node, extra = self._finder.find(record)
                 whole = True
+            if node is None:
+                # Its node object deleted while the instance runs (kubectl delete node), its pods still bound to
+                # its name, running: drained as its node's (see drain/orphans.py), not left to the instance's end
+                names = (record.node, record.extra.get(NODE_NAME), extra.get(PRIVATE_DNS))
+                node = deleted_node(self._cluster, record, names, now)
+                whole = False  # (nothing read of a node: nothing to keep of it)
+                if node is not None:
+                    log.warning(
+                        "the node of instance %s was deleted, pods still bound to its name %s: draining them",
+                        record.instance_id,
+                        node.name,
+                    )
         except (TransientError, Refused) as error:
             return self._unread(record, error, now)
         # (read: a failure after this one counts afresh; the budget's, once the budget answers)

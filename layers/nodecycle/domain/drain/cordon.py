@@ -29,6 +29,7 @@ from nodecycle.domain.drain.common import (
     _waiters_backoff,
     _wake,
 )
+from nodecycle.domain.drain.orphans import NOTHING_CORDONED, deleted_node
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import TransientError, retry_after_wait
 from nodecycle.domain.flow import settle_step
@@ -89,9 +90,9 @@ def _cordoned_at(node: NodeInfo, record: LifecycleRecord, now: datetime) -> date
 
 
 def _without_refusal(found: dict[str, Any], record: LifecycleRecord) -> dict[str, Any]:
-    """The record's extra (as the step found it so far) without the notes of a refused or failing cordon: the
-    cordon took effect, or the drain's time starts again with its next slot."""
-    notes = (CORDON_REFUSED, CORDON_FAILING, CORDON_UNRENEWED)
+    """The record's extra (as the step found it so far) without the notes of a refused or failing cordon, or of one
+    spared by the node's deletion: the cordon took effect, or the drain's time starts again with its next slot."""
+    notes = (CORDON_REFUSED, CORDON_FAILING, CORDON_UNRENEWED, NOTHING_CORDONED)
     return {key: value for key, value in found.get("extra", record.extra).items() if key not in notes}
 
 
@@ -149,8 +150,16 @@ class Cordon:
         else:
             try:
                 node = _node_still_the_instances(self._cluster, record)
+                # (deleted while its instance runs, its pods still bound to its name: see _nothing_to_cordon)
+                orphaned = (
+                    node is None
+                    and Step.EVICT in record.plan
+                    and deleted_node(self._cluster, record, (record.node,), now) is not None
+                )
             except (TransientError, Refused) as error:
                 return self._unread(record, error, now)
+            if orphaned:
+                return self._nothing_to_cordon(record, now)
         if node is None:
             return Outcome.goto(settle_step(record), outcome="node-gone")
         if node.owner not in (None, record.owner, record.extra.get(ADOPT_FROM)):
@@ -333,6 +342,23 @@ class Cordon:
         # (a pause over: its time is in the deadline)
         paused: dict[str, Any] = {} if record.drain_paused_at is None else {"drain_paused_at": None}
         return Outcome.next(drain_started_at=started, drain_deadline=deadline, **paused, **found)
+
+    def _nothing_to_cordon(self, record: LifecycleRecord, now: datetime) -> Outcome:
+        """The node object deleted (kubectl delete node) after the slot's grant, or under a drain cordoning it again,
+        its instance running and pods still bound to its name (see drain/orphans.py): nothing is left to cordon or
+        annotate, and no pod is scheduled to a name no node has. Settled here, the action was completed under those
+        pods, which the pod garbage collector force-deletes later, PodDisruptionBudgets or not. The eviction's poll
+        asks them to leave instead, its slot renewed first (see ``Evict._node_deleted``); the drain's time starts
+        as a cordon's would (a pause is moved by that poll). Noted NOTHING_CORDONED: a node its kubelet registers
+        again under the name is claimed then, as the drain's node registered again is."""
+        started, deadline = self._drain_time(record, None, now)
+        log.warning(
+            "node %s of %s was deleted, pods still bound to its name: nothing to cordon, evicting them",
+            record.node,
+            record.instance_id,
+        )
+        extra = {**_unseen(_without_refusal({}, record)), NOTHING_CORDONED: now.isoformat()}
+        return Outcome.next(drain_started_at=started, drain_deadline=deadline, extra=extra)
 
     def _unrenewed(
         self, record: LifecycleRecord, found: dict[str, Any], now: datetime, error: TransientError | Refused

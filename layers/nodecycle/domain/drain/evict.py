@@ -28,6 +28,7 @@ from nodecycle.domain.drain.common import (
     _until_deadline,
     _wake,
 )
+from nodecycle.domain.drain.orphans import NOTHING_CORDONED, still_bound
 from nodecycle.domain.drain.pod_notes import BLOCKED, DELETION, FAILING, PodNotes
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import TransientError, retry_after_wait
@@ -351,9 +352,12 @@ class Evict:
         if info is None:
             log.warning("node %s of %s is gone: nothing left to drain there", node, record.instance_id)
             return Outcome.goto(settle_step(record), outcome="node-gone")
-        if None not in (info.uid, record.node_uid) and info.uid != record.node_uid:
+        if (
+            None not in (info.uid, record.node_uid) and info.uid != record.node_uid
+        ) or NOTHING_CORDONED in record.extra:
             # The instance's kubelet registered its node again (the object was deleted: a new uid), without the
-            # cordon and the annotations of the drain: pods would be scheduled there again. Claimed again.
+            # cordon and the annotations of the drain: pods would be scheduled there again. Claimed again. (Or
+            # registered after a deletion the cordon found, which claimed nothing: claimed now.)
             log.warning("node %s was registered again while draining: claiming it again", node)
             return Outcome.goto(Step.CORDON)
         if info.lifecycle == record.id and not info.unschedulable:
@@ -733,8 +737,7 @@ class Evict:
             # the timeout policy, not the engine's retries until the global timeout: see _renewal_failing)
             raise _RenewalFailed(error) from error
         asked = podfilter.to_evict(pods)
-        stopping = [pod for pod in pods if pod.deletion_at is not None and now < pod.deletion_at]
-        if not (asked or stopping) or now >= deadline:
+        if not still_bound(pods, now) or now >= deadline:
             log.warning("node %s of %s is gone: nothing left to drain there", node, record.instance_id)
             return Outcome.goto(settle_step(record), outcome="node-gone")
         # The usual way a node object goes is its instance's termination (the cloud controller deletes it):
