@@ -104,6 +104,15 @@ REQUEST_TIMEOUT = (5, 15)  # connect, read: a Lambda step must not hang on a dea
 # What the cloud provider's node lifecycle controller puts on the node of a stopped instance (and takes off
 # when it starts again), keeping the node object: see NodeState.shut_down.
 SHUTDOWN_TAINT = "node.cloudprovider.kubernetes.io/shutdown"
+# The taints other tools keep pods off a node with while they remove it, in place of a cordon (spec.unschedulable):
+# cluster-autoscaler's scale-down (kubernetes/autoscaler, cluster-autoscaler/utils/taints: it cordons too only with
+# --cordon-node-before-terminating, off by default), Karpenter's disruption (kubernetes-sigs/karpenter,
+# pkg/apis/v1/taints.go; "karpenter.sh/disruption" before its v1 API). That tool evicts the node's pods and ends its
+# instance: a disruption under way, which an owner counting unavailable nodes counts as it counts a cordoned node.
+# (cluster-autoscaler's DeletionCandidateOfClusterAutoscaler is PreferNoSchedule: a node that may go later, serving.)
+REMOVAL_TAINTS = frozenset(
+    {"ToBeDeletedByClusterAutoscaler", "karpenter.sh/disrupted", "karpenter.sh/disruption"}
+)
 # The most a writer's lead (see CLOCK_KEY) is taken to be: more is no clock a stack runs on, but a note edited by hand
 MAX_LEAD = timedelta(days=1)
 _EPOCH = datetime(1970, 1, 1, tzinfo=UTC)
@@ -677,12 +686,16 @@ def _node_state(node: dict[str, Any]) -> NodeState:
     metadata = node.get("metadata") or {}
     spec = node.get("spec") or {}
     conditions = (node.get("status") or {}).get("conditions") or []
+    taints = spec.get("taints") or []
+    being_removed = any(
+        t.get("key") in REMOVAL_TAINTS and t.get("effect") != "PreferNoSchedule" for t in taints
+    )
     return NodeState(
         name=metadata["name"],
         zone=_zone(metadata),
-        schedulable=not spec.get("unschedulable", False),
+        schedulable=not spec.get("unschedulable", False) and not being_removed,
         ready=any(c.get("type") == "Ready" and c.get("status") == "True" for c in conditions),
-        shut_down=any(t.get("key") == SHUTDOWN_TAINT for t in spec.get("taints") or []),
+        shut_down=any(t.get("key") == SHUTDOWN_TAINT for t in taints),
         released=RELEASED_FOR_ANNOTATION in (metadata.get("annotations") or {}),
     )
 
