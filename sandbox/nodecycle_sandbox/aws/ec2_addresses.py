@@ -65,6 +65,13 @@
   of an interface on its primary IP, and displaced an address on a secondary IP (an operator's, associated with an
   IP the VPC CNI gave the node) when the instance took another, so nodecycle's check of what an association would
   displace (``Ec2Addresses.on_primary_ip``) refused a launch that EC2 lets through and never ran its other branch.
+- An Elastic IP reaches its instance through the internet gateway of the instance's VPC: AssociateAddress with an
+  instance (or an interface) of a VPC that has none attached answers ``Gateway.NotAttached`` (the EC2 error codes
+  reference: "If you are trying to associate an Elastic IP address with a network interface or an instance, ensure
+  that an internet gateway is attached to the relevant VPC"; the message as EC2 words it for a NAT gateway, the
+  NatGateway data type's FailureMessage: "Network vpc-xxxxxxxx has no Internet gateway attached"), whatever the
+  address: the refusal is the instance's. moto associated it. A default VPC comes with an internet gateway (the
+  Amazon VPC user guide, default VPCs), which moto's has not: the emulation takes it to have one.
 - An address AWS has locked cannot be released from the account: ReleaseAddress answers ``InvalidAddress.Locked``
   ("The specified Elastic IP address cannot be released from your account. A reverse DNS record may be associated
   with the Elastic IP address. To unlock the address, contact AWS Support.", the EC2 error codes reference) whatever
@@ -191,6 +198,11 @@ def install() -> None:
             # (an instance is asked for by its primary interface, where moto associates it, and by its primary private
             # IP, unless the request names another of that interface's)
             target = eni if eni is not None else instance.nics[0] if instance is not None else None
+            vpc_id = getattr(getattr(target, "subnet", None), "vpc_id", None)
+            if vpc_id is not None and not _reaches_the_internet(self, vpc_id):
+                raise EC2ClientError(
+                    "Gateway.NotAttached", f"Network {vpc_id} has no Internet gateway attached"
+                )
             place = getattr(_REQUEST, "private_ip", None) or getattr(target, "private_ip_address", None)
             if (
                 not reassociate
@@ -277,6 +289,18 @@ def install() -> None:
     ElasticAddressBackend.associate_address = associate_address  # type: ignore[method-assign]
     ElasticAddressBackend.release_address = release_address  # type: ignore[method-assign]
     setattr(ElasticAddressBackend, _MARKER, True)
+
+
+def _reaches_the_internet(ec2_backend: Any, vpc_id: str) -> bool:
+    """Whether the VPC has an internet gateway attached: one attached to it, or it is the default VPC (which comes
+    with one in EC2; moto's has none)."""
+    vpc = ec2_backend.vpcs.get(vpc_id)
+    if vpc is not None and vpc.is_default:
+        return True
+    return any(
+        gateway.vpc is not None and gateway.vpc.id == vpc_id
+        for gateway in ec2_backend.internet_gateways.values()
+    )
 
 
 def _holder(address: ElasticAddress) -> Instance | None:

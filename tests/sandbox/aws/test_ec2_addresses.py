@@ -313,3 +313,26 @@ def test_an_address_on_a_secondary_private_ip_stays_there_when_the_instance_take
         AllocationId=third, NetworkInterfaceId=interface, PrivateIpAddress=secondary, AllowReassociation=False
     )
     assert _holders(ec2) == {theirs: None, mine: instance, third: instance}
+
+
+def test_an_address_is_refused_to_an_instance_of_a_vpc_without_an_internet_gateway(ec2: Any) -> None:
+    # Given an instance, and a bare network interface, in a VPC without an internet gateway
+    vpc = ec2.create_vpc(CidrBlock="10.7.0.0/16")["Vpc"]["VpcId"]
+    subnet = ec2.create_subnet(VpcId=vpc, CidrBlock="10.7.1.0/24")["Subnet"]["SubnetId"]
+    launched = ec2.run_instances(ImageId=SANDBOX_AMI, MinCount=1, MaxCount=1, SubnetId=subnet)
+    instance = launched["Instances"][0]["InstanceId"]
+    interface = ec2.create_network_interface(SubnetId=subnet)["NetworkInterface"]["NetworkInterfaceId"]
+    address = ec2.allocate_address(Domain="vpc")["AllocationId"]
+
+    # When the address is associated with either, Then EC2 refuses it for the VPC's sake, nothing moves
+    for target in ({"InstanceId": instance}, {"NetworkInterfaceId": interface}):
+        with pytest.raises(ec2.exceptions.ClientError, match=r"Gateway\.NotAttached") as refused:
+            ec2.associate_address(AllocationId=address, AllowReassociation=False, **target)
+        assert vpc in refused.value.response["Error"]["Message"]
+    assert _holders(ec2) == {address: None}
+
+    # And once an internet gateway is attached to the VPC, the instance takes it
+    gateway = ec2.create_internet_gateway()["InternetGateway"]["InternetGatewayId"]
+    ec2.attach_internet_gateway(InternetGatewayId=gateway, VpcId=vpc)
+    ec2.associate_address(AllocationId=address, InstanceId=instance, AllowReassociation=False)
+    assert _holders(ec2) == {address: instance}
