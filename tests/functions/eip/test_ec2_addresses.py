@@ -21,6 +21,7 @@ from nodecycle.domain.ports.addresses import (
     AddressLimitExceeded,
     AddressNotFound,
     AddressRefused,
+    InstanceRefused,
     InstanceUnavailable,
 )
 from tests.functions.eip.conftest import api_calls, run_instances
@@ -172,7 +173,8 @@ ANSWERS: list[tuple[str, str, dict[str, Any], type[Exception]]] = [
     ("disassociate_address", "AuthFailure", {"http_status_code": 401}, AddressRefused),
     ("describe_addresses", "UnauthorizedOperation", {"http_status_code": 403}, AddressRefused),
     ("describe_instances", "UnauthorizedOperation", {"http_status_code": 403}, AddressRefused),
-    ("associate_address", "Gateway.NotAttached", {}, AddressRefused),
+    # (a VPC without an internet gateway: the instance's refusal, whatever the address)
+    ("associate_address", "Gateway.NotAttached", {}, InstanceRefused),
     ("associate_address", "InvalidParameterCombination", {}, AddressRefused),
 ]
 

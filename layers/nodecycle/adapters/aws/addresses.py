@@ -28,6 +28,7 @@ from nodecycle.domain.ports.addresses import (
     AddressLocked,
     AddressNotFound,
     AddressRefused,
+    InstanceRefused,
     InstanceUnavailable,
 )
 
@@ -124,6 +125,8 @@ class Ec2Addresses:
         answers: dict[str, type[AddressError]] = {
             "Resource.AlreadyAssociated": AddressAlreadyAssociated,
             _NOT_FOUND: AddressNotFound,
+            # (the instance's VPC has no internet gateway: refused whatever the address, the instance's refusal)
+            "Gateway.NotAttached": InstanceRefused,
         }
         answers.update(dict.fromkeys(_INSTANCE_UNAVAILABLE, InstanceUnavailable))
         gone = self._association_side_gone(allocation_id, instance_id)

@@ -73,6 +73,7 @@ from nodecycle.domain.ports.addresses import (
     AddressLimitExceeded,
     AddressNotFound,
     AddressRefused,
+    InstanceRefused,
     InstanceUnavailable,
     distinct,
 )
@@ -973,6 +974,10 @@ class AssignAddress:
             return None
         except InstanceUnavailable:
             return self._instance_unavailable(record, now, scratch)
+        except InstanceRefused:
+            # (the instance's refusal, whatever the address: no other is tried, nor is this one told refused to
+            # the pool's line, whose other launches EC2 may give it; asked again, then the policy decides)
+            raise
         except AddressRefused as error:
             if address.pool is None:
                 raise  # (the launch's own address: no other to take)

@@ -34,6 +34,12 @@ class AddressRefused(AddressError):
     The step's failure policy applies; the ``EipFailures`` alarm calls an operator to fix the account."""
 
 
+class InstanceRefused(AddressRefused):
+    """EC2 refused the association for the instance's sake, whatever the address: its VPC has no internet gateway
+    attached (``Gateway.NotAttached``). Every other address would be refused it the same, so none is tried for it,
+    and the address is not the one refused."""
+
+
 class AddressLocked(AddressRefused):
     """AWS has locked the address: it cannot be released from the account (``InvalidAddress.Locked``; a reverse DNS
     record on it, ``InvalidAddress.PtrSet``) until AWS Support unlocks it (or the record is removed). No wait
@@ -152,7 +158,7 @@ class Addresses(Protocol):
     def associate(self, allocation_id: str, instance_id: str) -> str:
         """Associate the address with the instance, never moving it from where it is (AllowReassociation
         false); the association id. Raises :class:`AddressAlreadyAssociated`, :class:`AddressNotFound`,
-        :class:`InstanceUnavailable`."""
+        :class:`InstanceUnavailable`, :class:`InstanceRefused`."""
         ...
 
     def disassociate(self, association_id: str) -> bool:
