@@ -310,8 +310,17 @@ class AssignAddress:
                 )
                 # Another delivery of this message may be allocating at this very moment: looking again lets
                 # both converge on the lowest allocation id; the spare is released once one holds.
-                found = distinct(self._addresses.find(self._owner, allocated_for=instance), [allocated])
                 scratch = _allocated(scratch, allocated)
+                try:
+                    again = self._addresses.find(self._owner, allocated_for=instance)
+                except TransientError as error:
+                    waited = self._keeping_the_allocation(
+                        record, scratch, error, "the addresses allocated for the instance were not listed"
+                    )
+                    if waited is None:
+                        raise
+                    return waited
+                found = distinct(again, [allocated])
             held = _held(found, instance)
             if held is not None:
                 return self._done(record, held, found)
@@ -846,19 +855,12 @@ class AssignAddress:
             try:
                 chosen = self._lines.taking(run, address.allocation_id, refused)
             except TransientError as error:
-                unwritten = int(scratch.get("unwritten", 0)) + 1
-                if (
-                    "allocated" not in scratch
-                    or isinstance(error, AccessRefused)
-                    or unwritten >= VERIFY_READS
-                ):
+                waited = self._keeping_the_allocation(
+                    record, scratch, error, "the address this launch takes was not written"
+                )
+                if waited is None:
                     raise  # (nothing this step alone knows of, or a refusal: the engine's to retry or report)
-                # An address allocated for the launch that only this step's scratch remembers, which a step that
-                # raises never commits: retried by the engine, it would allocate again under EC2's lag (the first
-                # not listed yet), and leave the launch two addresses. Waited for instead, the allocation kept
-                self._metrics.count("EipFailures")
-                log.warning("the address this launch takes was not written (%s): tried again shortly", error)
-                return _wait(record, verify_delay(unwritten), {**scratch, "unwritten": unwritten})
+                return waited
             if chosen != address.allocation_id:
                 theirs = next((a for a in left if a.allocation_id == chosen), None)
                 if theirs is None:
@@ -873,6 +875,15 @@ class AssignAddress:
                 address = theirs
             try:
                 outcome = self._take(record, now, scratch, address, found)
+            except TransientError as error:
+                # (AssociateAddress, or the read of the association after it, throttled past botocore's retries,
+                # out of the run's time, or a 5xx: as for the write above)
+                waited = self._keeping_the_allocation(
+                    record, scratch, error, f"the association of address {address.public_ip} went unanswered"
+                )
+                if waited is None:
+                    raise
+                return waited
             except _RefusedAddress as error:
                 # That address's refusal (a policy on its tags, a range the role may not use), not the launch's:
                 # another free one of the pool is taken. Refused REFUSED_PER_LOOK times (or by every candidate),
@@ -907,6 +918,24 @@ class AssignAddress:
                 refusal.untried = 1  # (the address the pool grows by past them, at the next look)
             raise refusal
         return None
+
+    def _keeping_the_allocation(
+        self, record: LifecycleRecord, scratch: dict[str, Any], error: TransientError, what: str
+    ) -> Outcome | None:
+        """A wait that keeps the address this launch allocated, when a call after its allocation went unanswered;
+        None when there is none to keep, the call was refused (the engine's to retry or report), or calls went
+        unanswered VERIFY_READS times (then the engine's retries, with their backoff).
+
+        Only this step's scratch remembers that allocation, and a step that raises never commits it: retried by the
+        engine a second or two later, the launch would allocate again under EC2's lag (the first address not listed
+        yet), and leave the instance two addresses, one of them unassociated until the sweeper's grace (a pool that
+        grows when empty: grown by two, for good). Waited for instead, the allocation kept, the next run takes it."""
+        unanswered = int(scratch.get("unwritten", 0)) + 1  # (calls unanswered since the allocation)
+        if "allocated" not in scratch or isinstance(error, AccessRefused) or unanswered >= VERIFY_READS:
+            return None
+        self._metrics.count("EipFailures")
+        log.warning("%s (%s): tried again shortly, with the address allocated for it", what, error)
+        return _wait(record, verify_delay(unanswered), {**scratch, "unwritten": unanswered})
 
     def _grows_past(
         self, record: LifecycleRecord, candidates: list[Address], refused_before: list[str]
