@@ -336,3 +336,19 @@ def test_an_address_is_refused_to_an_instance_of_a_vpc_without_an_internet_gatew
     ec2.attach_internet_gateway(InternetGatewayId=gateway, VpcId=vpc)
     ec2.associate_address(AllocationId=address, InstanceId=instance, AllowReassociation=False)
     assert _holders(ec2) == {address: instance}
+
+
+def test_an_ended_association_is_not_found_and_the_newer_one_stays(ec2: Any) -> None:
+    # Given an address whose association with one instance ended, and which another instance holds since
+    one, other = _instance(ec2), _instance(ec2)
+    address = ec2.allocate_address(Domain="vpc")["AllocationId"]
+    first = ec2.associate_address(AllocationId=address, InstanceId=one, AllowReassociation=False)
+    ended = first["AssociationId"]
+    ec2.disassociate_address(AssociationId=ended)
+    ec2.associate_address(AllocationId=address, InstanceId=other, AllowReassociation=False)
+
+    # When the ended association is disassociated (a sweep's or a release's stale listing), Then EC2 answers that it
+    # does not exist (as Terraform's aws_eip_association meets it), and the newer association stays
+    with pytest.raises(ec2.exceptions.ClientError, match=r"InvalidAssociationID\.NotFound"):
+        ec2.disassociate_address(AssociationId=ended)
+    assert _holders(ec2) == {address: other}
