@@ -31,15 +31,43 @@ def waits_for_slot(record: LifecycleRecord) -> bool:
     )
 
 
+# record.extra key of a lifecycle whose step freed a slot and kept the waiter it passed the slot on to, to run that
+# waiter's step in the same invocation (see ``HandOver``): {"record": the waiter's record id, "token": its token,
+# "message_seq": the seq of the message that invocation was delivered}. Written with the engine's commit of that
+# step; gone at the lifecycle's next commit that keeps none. What the invocation's message, delivered again, reads to find the
+# waiter it may have left without a message (see ``HandOver.kept_by``).
+HANDED_OVER = "handed_over"
+
+
 @dataclass
 class HandOver:
-    """The waiter an engine's invocation runs itself once the step it runs now has freed a slot for it."""
+    """The waiter an engine's invocation runs itself once the step it runs now has freed a slot for it.
+
+    The waiter's step then runs in an invocation whose message is not the waiter's: killed after the waiter's
+    commit and before its next message, the invocation leaves the waiter no message, and its own message, delivered
+    again, finds its own lifecycle moved on. When the waiter's own chain was cut before (its container killed
+    between its "wait in line" commit and its retry's message), nothing else would run it until the sweeper, its
+    slot held idle meanwhile. So the step that keeps a waiter says so in its own commit (``HANDED_OVER``), and
+    the invocation's message, delivered again, looks after that waiter (see ``StepEngine``)."""
 
     worker: Worker  # the engine's: it runs only a step of its own worker
     running: str  # the record id of the lifecycle it runs (woken itself only when its commit lost)
     time_left: Callable[[], float]
     inline_budget: float
     waiter: LifecycleRecord | None = None
+    seq: int | None = None  # the seq of the message the invocation was delivered (None: not told)
+
+    @staticmethod
+    def kept_by(record: LifecycleRecord, message_seq: int) -> tuple[str, str] | None:
+        """The waiter (its record id and token) whose step the invocation of the message of ``message_seq`` kept to
+        run itself, as ``record`` tells: None when that invocation kept none, or the record does not tell."""
+        mark = record.extra.get(HANDED_OVER)
+        if not isinstance(mark, dict) or mark.get("message_seq") != message_seq:
+            return None
+        waiter, token = mark.get("record"), mark.get("token")
+        if not isinstance(waiter, str) or not isinstance(token, str):
+            return None
+        return waiter, token
 
     def take(self, waiting: LifecycleRecord) -> bool:
         """Keep ``waiting`` to run here, if it is the first that this invocation can run."""
@@ -52,6 +80,20 @@ class HandOver:
             return False
         self.waiter = waiting
         return True
+
+
+def marked_for_hand_over(
+    hand_over: HandOver | None, record: LifecycleRecord, updated: LifecycleRecord
+) -> LifecycleRecord:
+    """``updated`` (what the step of ``record`` commits) telling the waiter the invocation keeps to run itself, if
+    that step kept one (``hand_over``: the invocation's); else without the mark an earlier step left."""
+    waiter = None if hand_over is None or record.id != hand_over.running else hand_over.waiter
+    if hand_over is not None and waiter is not None and hand_over.seq is not None:
+        mark = {"record": waiter.id, "token": waiter.token, "message_seq": hand_over.seq}
+        return updated.model_copy(update={"extra": {**updated.extra, HANDED_OVER: mark}})
+    if HANDED_OVER not in updated.extra:
+        return updated
+    return updated.model_copy(update={"extra": {k: v for k, v in updated.extra.items() if k != HANDED_OVER}})
 
 
 # The hand-over of the step an engine runs now (see ``engine.StepEngine.handle``); None outside a step (the sweeper's

@@ -17,7 +17,10 @@ runs the waiter's step itself once its own record is committed (it is warm, and 
 is not left idle while a wake message waits for a container of the wake lane. Only once its own lifecycle's
 steps are over for the invocation: one that goes on inline sends the kept waiter its wake message as it goes
 on. Any other waiter is sent its wake message at once, as before. A wake-up only ever comes sooner than the
-waiter's own retry: one lost with a crash costs time, not the slot.
+waiter's own retry: one lost with a crash costs time, not the slot. The waiter's step run so is covered by the
+invocation's message, not the waiter's: the step that kept the waiter names it in its own commit, and that
+message, delivered again after the invocation died, wakes or watches the waiter (see ``HandOver``), whose own
+retry may have been lost too.
 """
 
 from __future__ import annotations
@@ -32,7 +35,14 @@ from datetime import datetime, timedelta
 from enum import StrEnum
 from typing import Any, Protocol, runtime_checkable
 
-from nodecycle.domain.dispatch import Dispatcher, HandOver, hand_over_now, not_asking_yet, waits_for_slot
+from nodecycle.domain.dispatch import (
+    Dispatcher,
+    HandOver,
+    hand_over_now,
+    marked_for_hand_over,
+    not_asking_yet,
+    waits_for_slot,
+)
 from nodecycle.domain.eip.wake import waits_in_line
 from nodecycle.domain.errors import AccessRefused, TransientError, retry_after_wait
 from nodecycle.domain.flow import (
@@ -307,7 +317,9 @@ class StepEngine:
         waiter one of them freed a slot for (see the module's docstring). ``scope(record_id)``: the log
         context of one lifecycle's run (its keys), entered for the message's lifecycle and, after it, for
         the waiter's: each line names the lifecycle it is about."""
-        hand_over = HandOver(self._worker, message.record_id, time_left, self._timing.inline_budget)
+        hand_over = HandOver(
+            self._worker, message.record_id, time_left, self._timing.inline_budget, seq=message.seq
+        )
         holding = hand_over_now.set(hand_over)
         try:
             with scope(message.record_id):
@@ -349,6 +361,30 @@ class StepEngine:
         log.info("the slot freed went to %s in this invocation: %s", waiting.id, handled)
         self._metrics.count("SlotsHandedOver")
 
+    def _look_after_kept_waiter(self, record: LifecycleRecord, message: WorkMessage) -> None:
+        """The message delivered again of an invocation that kept a waiter to run itself (see ``HandOver``): that
+        invocation may have died in the waiter's step, after its commit and before its next message, and left it
+        none (the sweeper's to find, its slot held idle until then). The waiter is woken if it still waits for its
+        slot (its step takes the slot passed on, or waits again), else watched at its current seq: resent if it
+        has not moved once it is overdue, as a lost message of its own would be. A chain of its own that is alive
+        finds the wake-up or the watch stale. (Only on a delivery again: the first one never reads its own mark.)"""
+        kept = HandOver.kept_by(record, message.seq)
+        if kept is None:
+            return
+        waiter_id, token = kept
+        waiter = self._records.get(waiter_id)
+        if waiter is None or waiter.finished or waiter.token != token:
+            return
+        log.warning(
+            "the delivery of seq %d before this one ran the step of %s, handed a slot: looking after it",
+            message.seq,
+            waiter_id,
+        )
+        if waits_for_slot(waiter):
+            self._dispatch.wake(waiter_id, token=token)
+        else:
+            self._dispatch.watch(waiter, self._clock.now(), self._timing.resume_grace)
+
     def _send_wake_or_leave(self, waiting: LifecycleRecord) -> None:
         try:
             self._dispatch.send_wake(waiting)
@@ -360,6 +396,8 @@ class StepEngine:
         if record is None:
             log.warning("no lifecycle record %s: message dropped", message.record_id)
             return Handled.UNKNOWN
+        if message.watch is None and message.seq != record.seq:
+            self._look_after_kept_waiter(record, message)
         if record.finished:
             return Handled.FINISHED
         now = self._clock.now()
@@ -556,6 +594,8 @@ class StepEngine:
             renewed_at=renewed_at,
             heartbeat_failed=heartbeat_failed,
         )
+        # (the waiter this step kept to run in this invocation, if any: see HandOver)
+        updated = marked_for_hand_over(hand_over_now.get(), record, updated)
         try:
             landed = self._records.commit(updated, expected_seq=record.seq)
         except Exception:

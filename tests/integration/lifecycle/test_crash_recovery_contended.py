@@ -9,10 +9,10 @@ depend on where it stood in the line (how often it asked, whether it ran a waite
 call's kind and number in the baseline: each write of the waiter's first ask for the slot and of the release
 and hand-over (from the completion on, the waiter's steps run inline included), reached by most lifecycles.
 
-The sweeper runs on a compressed schedule: one crash is repaired by redelivery, but a waiter whose own chain of
-messages a first crash cut (its redelivery left a watch) and whose step a second crash then cut short in the
-releasing invocation has no message left: the watch finds its seq moved on and ends, and the releaser's
-redelivery finds its own lifecycle over. The sweeper resumes it (its slot held meanwhile, for at most a sweep).
+The sweeper runs on a compressed schedule. A waiter whose own chain of messages a first crash cut (its
+redelivery left a watch) and whose step a second crash then cut short in the releasing invocation has no message
+left (the watch finds its seq moved on and ends): the releaser's redelivery picks it up, from the mark its commit
+left (dispatch.HandOver; test_crash_hand_over_twice.py), not the sweeper.
 
 `make test` kills at a sample of these points (test_crash_recovery.py's `kill_points`), `make test-crash` at
 every one.
@@ -44,8 +44,8 @@ from tests.integration.lifecycle.test_crash_recovery import (
     terminate_all,
 )
 
-# The sweeper's schedule, compressed: what redelivery cannot repair (a waiter's chain of messages cut twice, its
-# own and the hand-over's: see the test) is the sweeper's to resume, with the slot held meanwhile
+# The sweeper's schedule, compressed: what redelivery does not repair is the sweeper's to resume, with the slot
+# held meanwhile
 SWEEP_EVERY = 15.0
 
 pytestmark = [

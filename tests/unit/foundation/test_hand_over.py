@@ -10,7 +10,7 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from nodecycle.domain.dispatch import Dispatcher
+from nodecycle.domain.dispatch import HANDED_OVER, Dispatcher
 from nodecycle.domain.engine import Handled, Outcome
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker
@@ -420,3 +420,141 @@ def test_two_invocations_running_at_once_in_one_process_each_run_the_waiter_thei
     assert sorted(ran) == sorted(WAITERS)
     assert [s.message.wake for s in world.queues.take()] == [False, False]  # the waiters' retries
     assert world.metrics.counts.get("SlotsHandedOver") == 2
+
+
+class Killed(BaseException):
+    """The invocation's container died (nothing in the engine may catch it)."""
+
+
+class DiesOnce:
+    """A step whose first run kills its invocation, and that goes on as ``then`` after."""
+
+    def __init__(self, then: Outcome | None = None) -> None:
+        self.then = then
+        self.runs = 0
+
+    def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
+        self.runs += 1
+        if self.runs == 1 or self.then is None:
+            raise Killed
+        return self.then
+
+
+def test_the_freeing_message_delivered_again_watches_the_waiter_its_killed_invocation_moved_on() -> None:
+    # Given a holder about to release, and a waiter whose own retry was lost (its container killed between its
+    # "wait again" commit and its message: nothing but the sweeper would run it again)
+    world = World()
+    given_a_holder_and_two_waiters(world)
+    message = world.message(HOLDER)
+    cordon = DiesOnce(then=Outcome.wait(5))
+    engine = world.engine(
+        {
+            Step.CLEANUP: releasing(world, waking=WAITERS[:1]),
+            Step.ACQUIRE_SLOT: Script([Outcome.next()]),
+            Step.CORDON: cordon,
+        }
+    )
+
+    # When the holder's invocation runs the waiter's step, handed the slot, and dies in the step after (the
+    # waiter's slot committed, its cordon's message never sent); then the holder's message comes again
+    with pytest.raises(Killed):
+        engine.handle(message)
+    assert world.queues.take() == []
+    handled = engine.handle(message)
+
+    # Then the holder's lifecycle is over, and the waiter is watched at its current step...
+    assert handled is Handled.FINISHED
+    first = world.records.get(WAITERS[0])
+    assert first is not None
+    assert first.step is Step.CORDON
+    (watch,) = world.queues.take()
+    assert (watch.message.record_id, watch.message.watch) == (WAITERS[0], first.seq)
+
+    # ...which, still there once overdue, is sent again, and runs
+    world.clock.advance(watch.delay)
+    assert engine.handle(watch.message) is Handled.RESENT
+    (resent,) = world.queues.take()
+    assert engine.handle(resent.message) is Handled.RAN
+    assert cordon.runs == 2
+
+
+def test_the_freeing_message_delivered_again_wakes_the_waiter_its_killed_invocation_left_waiting() -> None:
+    # Given a holder about to release, and a waiter whose own retry was lost
+    world = World()
+    given_a_holder_and_two_waiters(world)
+    message = world.message(HOLDER)
+    acquire = DiesOnce(then=Outcome.next())
+    engine = world.engine(
+        {
+            Step.CLEANUP: releasing(world, waking=WAITERS[:1]),
+            Step.ACQUIRE_SLOT: acquire,
+            Step.CORDON: Script([Outcome.wait(5)]),
+        }
+    )
+
+    # When the holder's invocation dies in the waiter's step, before its commit; then the holder's message comes
+    # again
+    with pytest.raises(Killed):
+        engine.handle(message)
+    assert world.queues.take() == []
+    handled = engine.handle(message)
+
+    # Then the waiter, still waiting for the slot passed on to it, takes it at once (run by this invocation)
+    assert handled is Handled.FINISHED
+    first = world.records.get(WAITERS[0])
+    assert first is not None
+    assert (first.step, acquire.runs) == (Step.CORDON, 2)
+    sent = [(s.message.record_id, s.message.step, s.delay) for s in world.queues.take()]
+    assert sent == [(WAITERS[0], Step.CORDON, 5)]
+
+
+def test_a_duplicate_of_the_freeing_message_after_a_good_hand_over_sends_one_watch_that_ends_stale() -> None:
+    # Given a holder's release whose invocation ran the waiter's step to its next message, delivered again all
+    # the same (SQS delivers at least once)
+    world = World()
+    given_a_holder_and_two_waiters(world)
+    message = world.message(HOLDER)
+    engine = world.engine(
+        {
+            Step.CLEANUP: releasing(world, waking=WAITERS[:1]),
+            Step.ACQUIRE_SLOT: Script([Outcome.next()]),
+            Step.CORDON: Script([Outcome.wait(5), Outcome.wait(5)]),
+        }
+    )
+    engine.handle(message)
+    world.queues.take()
+
+    # When the duplicate is handled, then the waiter's next poll, then the watch the duplicate sent
+    assert engine.handle(message) is Handled.FINISHED
+    (watch,) = world.queues.take()
+    world.clock.advance(5)
+    assert engine.handle(world.message(WAITERS[0])) is Handled.RAN
+    world.queues.take()
+    world.clock.advance(watch.delay)
+
+    # Then the watch finds the waiter moved on, and ends: nothing sent again
+    assert engine.handle(watch.message) is Handled.STALE
+    assert world.queues.take() == []
+
+
+def test_the_mark_of_a_kept_waiter_is_gone_at_the_next_commit_that_keeps_none() -> None:
+    # Given a drain's poll that passes a slot on and keeps the waiter, then polls again without freeing any
+    world = World()
+    world.records.create(make_record(PLAN, Step.EVICT))
+    world.records.create(waiting(WAITERS[0]))
+    poll = releasing(world, waking=WAITERS[:1], outcome=Outcome.wait(5))
+    engine = world.engine({Step.EVICT: poll, Step.ACQUIRE_SLOT: Script([Outcome.wait(30)])})
+    engine.handle(world.message(HOLDER))
+    marked = world.records.get(HOLDER)
+    assert marked is not None
+    assert HANDED_OVER in marked.extra
+
+    # When its next poll frees nothing
+    world.clock.advance(5)
+    engine = world.engine({Step.EVICT: Script([Outcome.wait(5)])})
+    engine.handle(world.message(HOLDER))
+
+    # Then the record no longer names the waiter
+    polled = world.records.get(HOLDER)
+    assert polled is not None
+    assert HANDED_OVER not in polled.extra
