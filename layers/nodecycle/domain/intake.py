@@ -15,6 +15,7 @@ from nodecycle.domain.model import (
     CARRIED_OVER,
     ENDED_BY,
     INSTANCE_STATE,
+    MAINTENANCE_LISTED,
     RESUMING_SPOT_ACTIONS,
     SPOT_ACTION,
     SPOT_WATCH,
@@ -105,9 +106,12 @@ def _described(scheduled: list[ScheduledEvent], starts: datetime) -> datetime:
 def _noted(event: DisruptionEvent) -> dict[str, object]:
     """What a disruption's record notes of its event: a state change's new state; a Spot interruption's action
     when EC2 stops or hibernates the instance rather than terminating it (its cleanup then uncordons the node once
-    EC2 has started the instance again)."""
+    EC2 has started the instance again); that EC2 lists a maintenance as the instance's (its drain does not begin
+    once EC2 lists it no more: called off)."""
     if event.state is not None:
         return {INSTANCE_STATE: event.state}
+    if event.cause is Transition.SCHEDULED_CHANGE and event.listed:
+        return {MAINTENANCE_LISTED: True}
     if event.cause is Transition.SPOT_INTERRUPTION and event.spot_action in RESUMING_SPOT_ACTIONS:
         return {SPOT_ACTION: event.spot_action}
     return {}
@@ -1028,10 +1032,13 @@ class Intake:
             or record.global_deadline >= known.global_deadline
         ):
             return False
+        # (EC2's listing as the earlier start's event found it: the start the lifecycle now drains for)
+        extra = {key: value for key, value in known.extra.items() if key != MAINTENANCE_LISTED}
         moved = known.model_copy(
             update={
                 "seq": known.seq + 1,
                 "token": record.token,
+                "extra": extra | ({MAINTENANCE_LISTED: True} if record.extra.get(MAINTENANCE_LISTED) else {}),
                 "updated_at": now,
                 "due_at": min(known.due_at, record.due_at),
                 "heartbeat_deadline": record.heartbeat_deadline,
@@ -1042,6 +1049,7 @@ class Intake:
             later = record.model_copy(
                 update={
                     "token": known.token,
+                    "extra": {**record.extra, MAINTENANCE_LISTED: True},  # (EC2 lists its start)
                     "due_at": self._drain_due(known.global_deadline, now),
                     "heartbeat_deadline": known.global_deadline,
                     "global_deadline": known.global_deadline,

@@ -203,6 +203,10 @@ SET_ON_NODE = "set_on_node"
 # next maintenance of the instance, which began before the one before it was over): SET_ON_NODE's form. Its
 # claim of the node takes them over, so that its cleanup lifts them once its own maintenance is over.
 KEPT_ON_NODE = "kept_on_node"
+# record.extra key of a maintenance's lifecycle: EC2 listed the maintenance as the instance's scheduled event when
+# intake took it in (DescribeInstanceStatus). Listed then and no more at its drain's due time, it was called off (or
+# carried out): its drain does not begin (see drain.acquire). Absent: EC2 did not list it yet (it may lag AWS Health).
+MAINTENANCE_LISTED = "maintenance_listed"
 # record.extra key of a state-change lifecycle: the state EC2 told of (stopping, stopped, shutting-down, terminated).
 # EC2 tells of each stop and termination twice; the second is the same disruption (see intake).
 INSTANCE_STATE = "instance_state"

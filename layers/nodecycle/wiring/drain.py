@@ -146,6 +146,7 @@ def engine() -> StepEngine:
                 metrics=ports.metrics,
                 events=events,
                 records=ports.records,
+                maintenance=instances,
             ),
             Step.CORDON: Cordon(
                 finder=finder,

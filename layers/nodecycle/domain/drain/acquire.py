@@ -34,6 +34,8 @@ from nodecycle.domain.errors import TransientError, retry_after_wait
 from nodecycle.domain.flow import settle_step
 from nodecycle.domain.model import (
     EARLIER_DRAIN,
+    KEPT_ON_NODE,
+    MAINTENANCE_LISTED,
     LifecycleRecord,
     Step,
     Transition,
@@ -43,6 +45,7 @@ from nodecycle.domain.nodes import NODE_NAME, PRIVATE_DNS, NodeFinder
 from nodecycle.domain.policy import DrainPolicy
 from nodecycle.domain.ports.budget import Slots
 from nodecycle.domain.ports.cluster import Cluster, Events, Refused
+from nodecycle.domain.ports.instances import ScheduledEvents
 from nodecycle.domain.ports.lifecycle import RecordStore
 from nodecycle.domain.ports.runtime import Metrics
 
@@ -61,6 +64,11 @@ ASK_UNREAD_TOLD = "ask_unread_told"
 ASK_BUDGET_FAILING = "ask_budget_failing"
 ASK_BUDGET_FAILING_TOLD = "ask_budget_failing_told"
 _ASK_FAILURES = (ASK_UNREAD, ASK_UNREAD_TOLD, ASK_BUDGET_FAILING, ASK_BUDGET_FAILING_TOLD)
+# How long after AWS Health told of an instance's maintenance EC2 may still not list it (DescribeInstanceStatus):
+# intake takes in a maintenance EC2 does not list yet when Health's own event tells of it (EC2's list may lag it),
+# and a drain due that soon after is not held back for EC2's listing. Past it, one EC2 never listed (a Health event
+# type that is no scheduled event of the instance's) is not drained for (see AcquireSlot._called_off).
+MAINTENANCE_LISTED_WITHIN = timedelta(hours=1)
 
 
 def _ordinal(number: int) -> str:
@@ -136,7 +144,11 @@ class AcquireSlot:
         metrics: Metrics,
         events: Events,
         records: RecordStore,
+        maintenance: ScheduledEvents | None = None,
     ):
+        """``maintenance``: EC2's scheduled events, which a scheduled maintenance's drain looks at before its first
+        ask (see ``_called_off``); None: not looked at (the steps' tests of the budget alone)."""
+        self._maintenance = maintenance
         self._finder = finder
         self._cluster = cluster
         self._slots = slots
@@ -151,6 +163,8 @@ class AcquireSlot:
             linked = self._linked(record, now)
             if linked is not None:
                 return linked
+        if record.transition is Transition.SCHEDULED_CHANGE and self._called_off(record, now):
+            return Outcome.goto(settle_step(record), outcome="maintenance-not-listed")
         extra = record.extra
         try:
             # (a waiter's asks read the node's metadata only while it is the node an ask read whole: see NODE_SEEN)
@@ -284,6 +298,52 @@ class AcquireSlot:
             slot_waiting_since=record.slot_waiting_since or now,
             **found,
         )
+
+    def _called_off(self, record: LifecycleRecord, now: datetime) -> bool:
+        """Whether the maintenance ``record`` is due to drain for is one EC2 does not list, at its first ask. AWS
+        Health's update of a maintenance called off is closed, and intake takes nothing from it: the lifecycle taken
+        in at Health's first notice, days or weeks before, still ran at its due time, emptied the node and took a
+        slot from the nodes that need one, its cordon kept until the watch after it found nothing ahead. So too for
+        a Health event of a type EC2 never lists as a scheduled event of the instance, told months ahead.
+
+        Called off when EC2 listed it at intake (MAINTENANCE_LISTED) and lists no maintenance of the instance now (it
+        lists one called off or carried out as "[Canceled]" or "[Completed]", or no more); one it did not list then,
+        once EC2 has had MAINTENANCE_LISTED_WITHIN to list it. Not when EC2 lists any maintenance of the instance still
+        to come (the one drained for, moved, or another: drained as before, its cleanup watching them), nor for a
+        lifecycle that took over a cordon the one before it on the record kept (its cleanup lifts it), nor when EC2
+        does not answer: the drain is not held back for a look. Asked once (DescribeInstanceStatus), before the
+        first ask of a maintenance's drain only: no call of a terminate lifecycle's, nor of a waiter's later asks."""
+        if (
+            self._maintenance is None
+            or record.slot_waiting_since is not None
+            or record.extra.get(KEPT_ON_NODE)
+        ):
+            return False
+        listed_then = bool(record.extra.get(MAINTENANCE_LISTED))
+        if not listed_then and now - record.started_at < MAINTENANCE_LISTED_WITHIN:
+            return False  # (EC2 may not list it yet)
+        try:
+            listed = self._maintenance.scheduled_events(record.instance_id)
+        except TransientError as error:
+            log.warning(
+                "whether EC2 still lists the maintenance of %s cannot be told (%s): drained for it",
+                record.instance_id,
+                error,
+            )
+            return False
+        if listed:
+            return False
+        log.warning(
+            "EC2 lists no maintenance of %s still to come (%s; AWS Health told of one at %s, to start at %s): its node "
+            "is not drained for it",
+            record.instance_id,
+            "listed at intake: called off"
+            if listed_then
+            else "never listed: no scheduled event of the instance's",
+            record.started_at,
+            record.global_deadline,
+        )
+        return True
 
     def _unread(self, record: LifecycleRecord, error: TransientError | Refused, now: datetime) -> Outcome:
         """The API server fails the read of the node (an etcd that times out, 5xx, throttling) or refuses it (RBAC:

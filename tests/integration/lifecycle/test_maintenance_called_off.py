@@ -1,0 +1,92 @@
+"""A scheduled maintenance that EC2 no longer lists when its drain comes due (called off after AWS Health told of
+it), or never listed (a Health scheduled change that is no scheduled event of the instance's), drains no node:
+end to end, EC2's listing read through DescribeInstanceStatus as the drain function reads it."""
+
+from __future__ import annotations
+
+import time
+from datetime import UTC, datetime
+
+import pytest
+
+from nodecycle.domain.model import MAINTENANCE_LISTED, LifecycleRecord, Step, Transition
+from nodecycle_sandbox import Sandbox
+from nodecycle_sandbox.aws import ec2_events
+from nodecycle_sandbox.aws.group import wait_for
+from tests.integration.lifecycle.harness import node_of, records, running
+from tests.integration.lifecycle.test_maintenance_and_stops import cordoned, handled, holders_seen
+
+pytestmark = pytest.mark.slow
+
+# The maintenance starts 75 s from now: MaintenanceLeadMinutes=1 makes its drain due 15 s from now, time enough for
+# intake to take it in and for EC2 to call it off before then
+STARTS_IN = 75.0
+TOLD_AGO = 2 * 3600.0  # AWS Health's notice of a scheduled change long before its drain is due
+
+
+def finished(sandbox: Sandbox, instance: str) -> LifecycleRecord:
+    store = records(sandbox)
+    return wait_for(
+        lambda: (r := store.get(f"{instance}/{Transition.SCHEDULED_CHANGE.short}")) and r.finished and r,
+        STARTS_IN,
+        "the maintenance's lifecycle over",
+    )
+
+
+def test_a_maintenance_called_off_before_its_drain_is_due_drains_no_node() -> None:
+    with running(size=3, parameters={"MaintenanceLeadMinutes": "1"}) as sandbox:
+        instance = sorted(sandbox.asg.in_state("InService"))[0]
+        node = node_of(sandbox, instance)
+        store = records(sandbox)
+        sandbox.kube.reset_history()
+
+        # Given EC2's system reboot of an instance, told by AWS Health and taken in (its drain due in 15 s)
+        sandbox.asg.schedule_maintenance([instance], code="system-reboot", starts_in=STARTS_IN)
+        taken = wait_for(
+            lambda: store.get(f"{instance}/{Transition.SCHEDULED_CHANGE.short}"),
+            30,
+            "the maintenance taken in",
+        )
+        assert taken.step is Step.ACQUIRE_SLOT
+        assert taken.extra.get(MAINTENANCE_LISTED)
+        assert taken.due_at > datetime.now(UTC), "taken in too late for the test: its drain began"
+
+        # When EC2 calls it off (it lists the event "[Canceled]", and Health's update of it is closed)
+        sandbox.asg.end_maintenance([instance], canceled=True)
+
+        # Then, its due time come, the node is neither given a slot nor cordoned, and the lifecycle ends saying why
+        record = finished(sandbox, instance)
+        assert record.outcome == "maintenance-not-listed"
+        assert record.drain_started_at is None
+        assert node not in holders_seen(sandbox.kube.history())
+        assert not cordoned(sandbox, node)
+
+
+def test_a_health_scheduled_change_ec2_never_lists_drains_no_node() -> None:
+    with running(size=3, parameters={"MaintenanceLeadMinutes": "1"}) as sandbox:
+        instance = sorted(sandbox.asg.in_state("InService"))[0]
+        node = node_of(sandbox, instance)
+        sandbox.kube.reset_history()
+
+        # Given an AWS Health scheduled change of EC2 naming the instance, told two hours ago and starting in 75 s,
+        # which EC2 does not list among the instance's scheduled events (DescribeInstanceStatus): taken in, as
+        # Health's own event (EC2's list may lag it)
+        now = time.time()
+        account = sandbox.client("sts").get_caller_identity()["Account"]
+        event = ec2_events.health_scheduled_change(
+            at=now - TOLD_AGO,
+            account=account,
+            region=sandbox.options.region,
+            instance_ids=[instance],
+            code="instance-retirement",
+            starts=now + STARTS_IN,
+            ends=now + STARTS_IN + 3600,
+        )
+        sandbox.publish(event)
+        wait_for(lambda: handled(sandbox, event["id"]), 30, "intake's handling of the event")
+
+        # Then, its due time come, EC2 listing nothing, the node is neither given a slot nor cordoned
+        record = finished(sandbox, instance)
+        assert record.outcome == "maintenance-not-listed"
+        assert node not in holders_seen(sandbox.kube.history())
+        assert not cordoned(sandbox, node)
