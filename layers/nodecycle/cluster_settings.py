@@ -111,7 +111,7 @@ class Sweep(_Section):
     sweep_grace_seconds: Annotated[int, Field(ge=300, le=365 * 24 * 3600)] = 600  # the longest record TTL
 
 
-class DrainSettings(FunctionSettings, Drain, Budget, Readiness):
+class DrainSettings(FunctionSettings, Drain, Budget, Readiness, Disruptions):
     @model_validator(mode="after")
     def _holders_outlive_their_renewals(self) -> Self:
         renewal_gap = max(3 * self.drain_poll_seconds, self.redelivery_seconds + MAX_RETRY_BACKOFF_SECONDS)

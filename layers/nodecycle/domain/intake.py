@@ -1072,7 +1072,8 @@ class Intake:
         """Another maintenance that starts after the one a lifecycle waits (or drains) for, while EC2 lists
         both: its lifecycle follows this one's on the record (one record per instance and cause), told now,
         since AWS Health does not tell of it again. (EC2 moved the known one later when it lists it no
-        more: the node is drained in good time for it, a duplicate.) Whatever EC2 lists once the known
+        more: a duplicate, the known lifecycle's drain timed by EC2's listing at its first ask, see
+        drain.acquire.) Whatever EC2 lists once the known
         lifecycle's drain is over: its cleanup watches for the end of its maintenance, which EC2 no longer lists
         as pending once done, and a later start is the next maintenance then, not the known one moved."""
         drained = known.step is Step.CLEANUP and known.drain_started_at is not None

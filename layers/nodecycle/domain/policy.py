@@ -108,6 +108,9 @@ class DrainPolicy:
     # Before an action's global timeout the engine completes it whatever it waits for: a drain plans to be
     # done by then.
     settle_margin: timedelta
+    # How long before its start a scheduled maintenance is drained (intake's PlanPolicy.maintenance_lead): the
+    # drain times one EC2 lists at a later start than intake took in by it (see drain.acquire)
+    maintenance_lead: timedelta = timedelta(hours=1)
 
 
 @dataclass(frozen=True)

@@ -147,6 +147,7 @@ def drain_policy(settings: DrainSettings) -> DrainPolicy:
         budget_retry_seconds=settings.budget_retry_seconds,
         holder_ttl=timedelta(seconds=settings.budget_holder_ttl_seconds),
         settle_margin=timedelta(seconds=settings.settle_before_seconds),  # where the engine's guard completes
+        maintenance_lead=timedelta(minutes=settings.maintenance_lead_minutes),
     )
 
 

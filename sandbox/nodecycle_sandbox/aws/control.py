@@ -81,6 +81,8 @@ class AwsControls(Protocol):
         duration: float = 7200,
     ) -> None: ...
 
+    def reschedule_maintenance(self, *, instance_ids: list[str], starts_in: float) -> None: ...
+
     def end_maintenance(self, *, instance_ids: list[str], canceled: bool = False) -> None: ...
 
     def actions(self) -> list[ActionRecord]: ...
@@ -232,6 +234,11 @@ class AwsControl:
         self.emulator.disruptions.schedule_maintenance(
             instance_ids, code=code, starts_in=starts_in, duration=duration
         )
+
+    def reschedule_maintenance(self, *, instance_ids: list[str], starts_in: float) -> None:
+        """The instances' first pending scheduled event moved to start ``starts_in`` seconds from now, as a
+        customer's ModifyInstanceEventStartTime moves it: on the instances' status only, no AWS Health event."""
+        self.emulator.disruptions.reschedule_maintenance(instance_ids, starts_in=starts_in)
 
     def end_maintenance(self, *, instance_ids: list[str], canceled: bool = False) -> None:
         """EC2 carries out the instances' first pending scheduled event (a reboot or system maintenance leaves

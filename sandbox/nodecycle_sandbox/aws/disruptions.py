@@ -315,6 +315,33 @@ class DisruptionEmulator:
                 instance.events = events
             self._publish(told)
 
+    def reschedule_maintenance(self, instance_ids: list[str], *, starts_in: float) -> None:
+        """The instances' first pending scheduled event moved to start ``starts_in`` seconds from now, its window as
+        long as before, as EC2's ModifyInstanceEventStartTime moves it (a customer's reschedule: EC2 User Guide,
+        "Reschedule scheduled events"), which moto lacks. EC2 refuses to move an event that has begun; its other
+        bounds (a new start at least 60 minutes ahead, before the event's deadline) are not held to, so that a test
+        need not wait an hour. No AWS Health event tells of the move (AWS documents none): only EC2's listing does."""
+        with self._lifecycle.lock:
+            now = datetime.fromtimestamp(time.time(), tz=UTC)
+            for instance_id in instance_ids:
+                instance = self._ec2.get_instance(instance_id)
+                events = list(getattr(instance, "events", None) or [])
+                pending = [e for e in events if not e["Description"].startswith(ENDED)]
+                if not pending:
+                    raise ValueError(f"Instance {instance_id} has no pending scheduled event")
+                first = min(pending, key=lambda e: e["NotBefore"])
+                if first["NotBefore"] <= now:
+                    raise ValueError(
+                        f"The scheduled event of {instance_id} has begun: it cannot be rescheduled"
+                    )
+                starts = datetime.fromtimestamp(time.time() + starts_in, tz=UTC)
+                moved = {
+                    **first,
+                    "NotBefore": starts,
+                    "NotAfter": starts + (first["NotAfter"] - first["NotBefore"]),
+                }
+                instance.events = [moved if e is first else e for e in events]
+
     def end_maintenance(self, instance_ids: list[str], *, canceled: bool = False) -> None:
         with self._lifecycle.lock:
             for instance_id in instance_ids:

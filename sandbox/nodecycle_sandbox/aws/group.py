@@ -206,6 +206,9 @@ class AutoScalingGroup:
     ) -> None:
         self.control.schedule_maintenance(instance_ids=instance_ids, code=code, starts_in=starts_in)
 
+    def reschedule_maintenance(self, instance_ids: list[str], *, starts_in: float) -> None:
+        self.control.reschedule_maintenance(instance_ids=instance_ids, starts_in=starts_in)
+
     def end_maintenance(self, instance_ids: list[str], *, canceled: bool = False) -> None:
         self.control.end_maintenance(instance_ids=instance_ids, canceled=canceled)
 

@@ -1,6 +1,7 @@
 """A scheduled maintenance that EC2 no longer lists when its drain comes due (called off after AWS Health told of
-it), or never listed (a Health scheduled change that is no scheduled event of the instance's), drains no node:
-end to end, EC2's listing read through DescribeInstanceStatus as the drain function reads it."""
+it), or never listed (a Health scheduled change that is no scheduled event of the instance's), drains no node; one
+EC2 lists at a later start (moved) is drained for that start: end to end, EC2's listing read through
+DescribeInstanceStatus as the drain function reads it."""
 
 from __future__ import annotations
 
@@ -22,6 +23,7 @@ pytestmark = pytest.mark.slow
 # intake to take it in and for EC2 to call it off before then
 STARTS_IN = 75.0
 TOLD_AGO = 2 * 3600.0  # AWS Health's notice of a scheduled change long before its drain is due
+MOVED_BY = 30.0  # how much later a customer moves a maintenance
 
 
 def finished(sandbox: Sandbox, instance: str) -> LifecycleRecord:
@@ -90,3 +92,39 @@ def test_a_health_scheduled_change_ec2_never_lists_drains_no_node() -> None:
         assert record.outcome == "maintenance-not-listed"
         assert node not in holders_seen(sandbox.kube.history())
         assert not cordoned(sandbox, node)
+
+
+def test_a_maintenance_moved_later_is_drained_for_its_new_start_not_its_old_one() -> None:
+    with running(size=3, parameters={"MaintenanceLeadMinutes": "1"}) as sandbox:
+        instance = sorted(sandbox.asg.in_state("InService"))[0]
+        store = records(sandbox)
+
+        # Given EC2's system reboot of an instance, told by AWS Health and taken in (its drain due in 15 s)
+        began = time.time()
+        sandbox.asg.schedule_maintenance([instance], code="system-reboot", starts_in=STARTS_IN)
+        taken = wait_for(
+            lambda: store.get(f"{instance}/{Transition.SCHEDULED_CHANGE.short}"),
+            30,
+            "the maintenance taken in",
+        )
+        assert taken.due_at > datetime.now(UTC), "taken in too late for the test: its drain began"
+
+        # When the customer moves it 30 s later (ModifyInstanceEventStartTime; no Health event tells of it)
+        sandbox.asg.reschedule_maintenance([instance], starts_in=began + STARTS_IN + MOVED_BY - time.time())
+        (listed,) = sandbox.client("ec2").describe_instance_status(InstanceIds=[instance])[
+            "InstanceStatuses"
+        ][0]["Events"]
+
+        # Then its node is drained a lead time before the new start, not the old one, the lifecycle timed by it
+        drained = wait_for(
+            lambda: (
+                (r := store.get(f"{instance}/{Transition.SCHEDULED_CHANGE.short}"))
+                and r.drain_started_at
+                and r
+            ),
+            STARTS_IN,
+            "the drain for the moved maintenance",
+        )
+        assert drained.global_deadline == listed["NotBefore"]
+        assert drained.drain_started_at is not None
+        assert drained.drain_started_at.timestamp() >= began + STARTS_IN + MOVED_BY - 60 - 1

@@ -307,6 +307,34 @@ def test_scheduled_maintenance_carried_out_or_called_off_is_listed_so_and_a_reti
         group.end_maintenance([retired])
 
 
+def test_a_scheduled_event_rescheduled_is_listed_at_its_new_start_and_no_health_event_tells_of_it(
+    aws: Emulation,
+) -> None:
+    # Given a reboot of an instance in an hour, told by AWS Health
+    group = aws.group(size=1)
+    (instance,) = group.instances()
+    group.schedule_maintenance([instance], code="system-reboot", starts_in=3600)
+    (before,) = aws.ec2.describe_instance_status(InstanceIds=[instance])["InstanceStatuses"][0]["Events"]
+    told = len(ec2_events(aws, "AWS Health Event"))
+
+    # When it is moved three days later (ModifyInstanceEventStartTime)
+    group.reschedule_maintenance([instance], starts_in=3 * 86400)
+
+    # Then EC2 lists the same event at its new start, its window as long, and no Health event tells of the move
+    (after,) = aws.ec2.describe_instance_status(InstanceIds=[instance])["InstanceStatuses"][0]["Events"]
+    assert after["InstanceEventId"] == before["InstanceEventId"]
+    assert (after["NotBefore"] - before["NotBefore"]).total_seconds() == pytest.approx(
+        3 * 86400 - 3600, abs=5
+    )
+    assert after["NotAfter"] - after["NotBefore"] == before["NotAfter"] - before["NotBefore"]
+    assert len(ec2_events(aws, "AWS Health Event")) == told
+    # ...and an event already begun cannot be moved (EC2 refuses it)
+    group.end_maintenance([instance], canceled=True)
+    group.schedule_maintenance([instance], code="instance-reboot", starts_in=-60)
+    with pytest.raises(Exception, match="has begun"):
+        group.reschedule_maintenance([instance], starts_in=3600)
+
+
 def test_instances_stopped_or_terminated_outside_the_hooks_publish_their_state_changes(
     aws: Emulation,
 ) -> None:

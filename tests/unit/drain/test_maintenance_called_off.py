@@ -107,15 +107,6 @@ def test_a_maintenance_ec2_still_lists_is_drained_for() -> None:
     assert (outcome.then, outcome.again) == (None, False)
 
 
-def test_a_maintenance_ec2_lists_another_start_of_is_drained_for() -> None:
-    # Given EC2 listing a maintenance of the instance at another start (moved, or another one): not told apart
-    # here, and drained for as before (its cleanup watches the maintenance)
-    moved = [ScheduledEvent(code="system-reboot", not_before=STARTS + timedelta(days=3))]
-    slots = FakeSlots()
-    first_ask(due(), Ec2Maintenance(events=moved), slots)
-    assert len(slots.requests) == 1
-
-
 def test_a_maintenance_ec2_never_listed_is_not_drained_for_once_ec2_had_time_to_list_it() -> None:
     # Given a Health scheduled change EC2 did not list at intake, two weeks ago, and does not list now: no
     # scheduled event of the instance's (a type EC2 never lists), or one called off before EC2 listed it

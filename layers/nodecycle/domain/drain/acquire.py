@@ -36,6 +36,7 @@ from nodecycle.domain.model import (
     EARLIER_DRAIN,
     KEPT_ON_NODE,
     MAINTENANCE_LISTED,
+    SUCCESSOR,
     LifecycleRecord,
     Step,
     Transition,
@@ -67,7 +68,7 @@ _ASK_FAILURES = (ASK_UNREAD, ASK_UNREAD_TOLD, ASK_BUDGET_FAILING, ASK_BUDGET_FAI
 # How long after AWS Health told of an instance's maintenance EC2 may still not list it (DescribeInstanceStatus):
 # intake takes in a maintenance EC2 does not list yet when Health's own event tells of it (EC2's list may lag it),
 # and a drain due that soon after is not held back for EC2's listing. Past it, one EC2 never listed (a Health event
-# type that is no scheduled event of the instance's) is not drained for (see AcquireSlot._called_off).
+# type that is no scheduled event of the instance's) is not drained for (see AcquireSlot._as_listed).
 MAINTENANCE_LISTED_WITHIN = timedelta(hours=1)
 
 
@@ -147,7 +148,7 @@ class AcquireSlot:
         maintenance: ScheduledEvents | None = None,
     ):
         """``maintenance``: EC2's scheduled events, which a scheduled maintenance's drain looks at before its first
-        ask (see ``_called_off``); None: not looked at (the steps' tests of the budget alone)."""
+        ask (see ``_as_listed``); None: not looked at (the steps' tests of the budget alone)."""
         self._maintenance = maintenance
         self._finder = finder
         self._cluster = cluster
@@ -163,8 +164,10 @@ class AcquireSlot:
             linked = self._linked(record, now)
             if linked is not None:
                 return linked
-        if record.transition is Transition.SCHEDULED_CHANGE and self._called_off(record, now):
-            return Outcome.goto(settle_step(record), outcome="maintenance-not-listed")
+        if record.transition is Transition.SCHEDULED_CHANGE:
+            listed = self._as_listed(record, now)
+            if listed is not None:
+                return listed
         extra = record.extra
         try:
             # (a waiter's asks read the node's metadata only while it is the node an ask read whole: see NODE_SEEN)
@@ -299,51 +302,78 @@ class AcquireSlot:
             **found,
         )
 
-    def _called_off(self, record: LifecycleRecord, now: datetime) -> bool:
-        """Whether the maintenance ``record`` is due to drain for is one EC2 does not list, at its first ask. AWS
-        Health's update of a maintenance called off is closed, and intake takes nothing from it: the lifecycle taken
-        in at Health's first notice, days or weeks before, still ran at its due time, emptied the node and took a
-        slot from the nodes that need one, its cordon kept until the watch after it found nothing ahead. So too for
-        a Health event of a type EC2 never lists as a scheduled event of the instance, told months ahead.
+    def _as_listed(self, record: LifecycleRecord, now: datetime) -> Outcome | None:
+        """What EC2's listing of the instance's maintenance, read before the first ask of a maintenance's drain,
+        makes of it; None: drained now, as ever. AWS Health's update of a maintenance called off is closed, and
+        intake takes nothing from it, nor is any Health event known to tell of a customer's move of one
+        (ModifyInstanceEventStartTime): the lifecycle taken in at Health's first notice, days or weeks before, still
+        ran at its due time. Called off, it emptied the node and took a slot from the nodes that need one; moved
+        later, the watch after the drain found nothing coming by the old start, lifted the cordon at once, and
+        nothing drained the node for the new one.
 
-        Called off when EC2 listed it at intake (MAINTENANCE_LISTED) and lists no maintenance of the instance now (it
-        lists one called off or carried out as "[Canceled]" or "[Completed]", or no more); one it did not list then,
-        once EC2 has had MAINTENANCE_LISTED_WITHIN to list it. Not when EC2 lists any maintenance of the instance still
-        to come (the one drained for, moved, or another: drained as before, its cleanup watching them), nor for a
-        lifecycle that took over a cordon the one before it on the record kept (its cleanup lifts it), nor when EC2
-        does not answer: the drain is not held back for a look. Asked once (DescribeInstanceStatus), before the
-        first ask of a maintenance's drain only: no call of a terminate lifecycle's, nor of a waiter's later asks."""
+        - EC2 lists no maintenance of the instance: called off, or carried out (listed "[Canceled]" or
+          "[Completed]", or no more), or never EC2's (a Health event type that is no scheduled event of the
+          instance's): not drained for (``maintenance-not-listed``). When EC2 listed it at intake
+          (MAINTENANCE_LISTED); one it did not list then, once EC2 has had MAINTENANCE_LISTED_WITHIN to list it (its
+          list may lag Health's notice: drained as Health tells it before then).
+        - EC2 lists one starting by this one's start (it, or one before it): drained now.
+        - EC2 lists only later ones, the first of them the next lifecycle's on the record (SUCCESSOR) or later: this
+          one was called off, and that one drains in its own time (``maintenance-not-listed``).
+        - Otherwise it was moved later: the lifecycle waits for the lead time before the new start, timed by it (its
+          next first ask looks again).
+
+        Not for a lifecycle that took over a cordon the one before it on the record kept (its cleanup lifts it), nor
+        when EC2 does not answer: the drain is not held back for a look. Asked once per first ask
+        (DescribeInstanceStatus), of a maintenance's drain only: no call of a terminate lifecycle's, nor of a
+        waiter's later asks."""
         if (
             self._maintenance is None
             or record.slot_waiting_since is not None
             or record.extra.get(KEPT_ON_NODE)
         ):
-            return False
+            return None
         listed_then = bool(record.extra.get(MAINTENANCE_LISTED))
         if not listed_then and now - record.started_at < MAINTENANCE_LISTED_WITHIN:
-            return False  # (EC2 may not list it yet)
+            return None  # (EC2 may not list it yet)
         try:
-            listed = self._maintenance.scheduled_events(record.instance_id)
+            starts = sorted(
+                event.not_before for event in self._maintenance.scheduled_events(record.instance_id)
+            )
         except TransientError as error:
             log.warning(
                 "whether EC2 still lists the maintenance of %s cannot be told (%s): drained for it",
                 record.instance_id,
                 error,
             )
-            return False
-        if listed:
-            return False
+            return None
+        if starts and starts[0] <= record.global_deadline:
+            return None
+        following = _successor_start(record)
+        if not starts or (following is not None and following <= starts[0]):
+            log.warning(
+                "EC2 lists no maintenance of %s by its start %s (%s; AWS Health told of it at %s): its node is not "
+                "drained for it",
+                record.instance_id,
+                record.global_deadline,
+                "listed at intake: called off"
+                if listed_then
+                else "never listed: no scheduled event of the instance's",
+                record.started_at,
+            )
+            return Outcome.goto(settle_step(record), outcome="maintenance-not-listed")
+        moved = starts[0]
+        due = max(now, moved - self._policy.maintenance_lead)
         log.warning(
-            "EC2 lists no maintenance of %s still to come (%s; AWS Health told of one at %s, to start at %s): its node "
-            "is not drained for it",
+            "EC2 lists the maintenance of %s at %s, no more at %s (moved): its node is drained from %s",
             record.instance_id,
-            "listed at intake: called off"
-            if listed_then
-            else "never listed: no scheduled event of the instance's",
-            record.started_at,
+            moved,
             record.global_deadline,
+            due,
         )
-        return True
+        extra = {**record.extra, MAINTENANCE_LISTED: True}
+        return Outcome.wait(
+            (due - now).total_seconds(), global_deadline=moved, heartbeat_deadline=moved, extra=extra
+        )
 
     def _unread(self, record: LifecycleRecord, error: TransientError | Refused, now: datetime) -> Outcome:
         """The API server fails the read of the node (an etcd that times out, 5xx, throttling) or refuses it (RBAC:
@@ -610,6 +640,12 @@ def _earlier_drain(record: LifecycleRecord) -> LifecycleRecord | None:
             "drain_started_at": datetime.fromisoformat(str(earlier["drain_started_at"])),
         }
     )
+
+
+def _successor_start(record: LifecycleRecord) -> datetime | None:
+    """The start of the maintenance whose lifecycle follows ``record``'s on its record (SUCCESSOR); None: none."""
+    found = record.extra.get(SUCCESSOR)
+    return LifecycleRecord.model_validate(found).global_deadline if isinstance(found, dict) else None
 
 
 def _waiting_deadline(record: LifecycleRecord, policy: DrainPolicy) -> datetime:

@@ -1,0 +1,112 @@
+"""A scheduled maintenance that EC2 lists at a later start when its drain comes due (moved by a customer's
+ModifyInstanceEventStartTime, of which no AWS Health event tells) is drained a lead time before its new start, not
+before its old one: drained early, the watch after the drain found nothing coming by the old start and lifted the
+cordon at once, and nothing drained the node for the new one."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from nodecycle.domain.drain.acquire import AcquireSlot
+from nodecycle.domain.engine import Outcome, advance
+from nodecycle.domain.model import MAINTENANCE_LISTED, SUCCESSOR, LifecycleRecord, Step
+from nodecycle.domain.nodes import NodeFinder
+from nodecycle.domain.ports.instances import ScheduledEvent
+from tests.support.fakes import T0, FakeMetrics, InMemoryRecords
+from tests.unit.drain.test_drain_steps import (
+    NODE,
+    Ec2Maintenance,
+    FakeCluster,
+    FakeEvents,
+    FakeSlots,
+    NoDns,
+    maintenance,
+    node,
+    policy,
+    wakes_to_nowhere,
+)
+
+LEAD = timedelta(hours=1)  # MaintenanceLeadMinutes' default
+STARTS = T0 + LEAD  # the maintenance's start as intake took it in: its drain is due now (T0)
+MOVED = STARTS + timedelta(days=3)  # where the reboot was moved to
+TOLD = T0 - timedelta(days=14)
+
+
+def due(starts: datetime = STARTS, **changes: object) -> LifecycleRecord:
+    """The maintenance's lifecycle at its first ask, taken in when Health told of it, EC2 listing it then."""
+    return maintenance(
+        Step.ACQUIRE_SLOT,
+        starts,
+        started_at=TOLD,
+        received_at=TOLD,
+        extra={MAINTENANCE_LISTED: True},
+        **changes,
+    )
+
+
+def first_ask(record: LifecycleRecord, ec2: Ec2Maintenance, slots: FakeSlots) -> Outcome:
+    cluster = FakeCluster(nodes={NODE: node()})
+    step = AcquireSlot(
+        finder=NodeFinder(cluster, NoDns()),
+        cluster=cluster,
+        slots=slots,
+        dispatcher=wakes_to_nowhere(),
+        policy=policy(),
+        metrics=FakeMetrics(),
+        events=FakeEvents(),
+        records=InMemoryRecords(),
+        maintenance=ec2,
+    )
+    return step(record, T0)
+
+
+def listing(*starts: datetime) -> Ec2Maintenance:
+    return Ec2Maintenance(events=[ScheduledEvent(code="system-reboot", not_before=at) for at in starts])
+
+
+def test_a_maintenance_moved_later_is_drained_for_a_lead_time_before_its_new_start() -> None:
+    # Given a reboot taken in two weeks ago for STARTS, which EC2 now lists three days later (moved: no Health
+    # event tells of that)
+    ec2, slots = listing(MOVED), FakeSlots()
+
+    # When its drain comes due for the old start
+    record = due()
+    outcome = first_ask(record, ec2, slots)
+
+    # Then no slot is asked for now: the lifecycle waits for the new start's lead time, timed by the new start
+    assert slots.requests == []
+    assert outcome.again
+    assert outcome.delay == (MOVED - LEAD - T0).total_seconds()
+    moved = advance(record, outcome, T0)
+    assert (moved.global_deadline, moved.heartbeat_deadline) == (MOVED, MOVED)
+
+    # ...and at that time, EC2 listing it there still, its node is drained
+    again = first_ask(moved, ec2, slots)
+    assert len(slots.requests) == 1
+    assert (again.then, again.again) == (None, False)
+
+
+def test_a_maintenance_ec2_lists_at_its_start_or_before_is_drained_for_now() -> None:
+    for starts in ((STARTS,), (STARTS - timedelta(minutes=5), MOVED)):
+        slots = FakeSlots()
+        first_ask(due(), listing(*starts), slots)
+        assert len(slots.requests) == 1, starts
+
+
+def test_a_maintenance_called_off_hands_over_to_the_next_one_ec2_lists() -> None:
+    # Given a reboot called off, and the instance's retirement a week on, which EC2 lists, queued on the record as
+    # the lifecycle that follows this one
+    following = due(STARTS + timedelta(days=7))
+    record = due()
+    record = record.model_copy(
+        update={"extra": {**record.extra, SUCCESSOR: following.model_dump(mode="json")}}
+    )
+    slots = FakeSlots()
+
+    # When the reboot's drain comes due
+    outcome = first_ask(record, listing(STARTS + timedelta(days=7)), slots)
+
+    # Then its node is not drained for it: the lifecycle ends, and the next one drains in its own time
+    assert slots.requests == []
+    assert outcome.then is Step.CLEANUP
+    assert outcome.changes["outcome"] == "maintenance-not-listed"
