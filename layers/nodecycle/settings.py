@@ -174,6 +174,11 @@ class State(_Section):
 LONGEST_GLOBAL_TIMEOUT_SECONDS = 48 * 3600
 LifecycleSeconds = Annotated[int, Field(ge=0, le=LONGEST_GLOBAL_TIMEOUT_SECONDS)]
 
+# How late past its tick the sweeper's schedule may fire: EventBridge runs a rate schedule "within that minute, but
+# not on the precise 0th second" (Amazon EventBridge User Guide, "Setting a schedule pattern for scheduled rules";
+# EventBridge Scheduler too: "60 second precision ... between 1:00:00 and 1:00:59").
+SCHEDULE_PRECISION_SECONDS = 60
+
 
 class Timing(_Section):
     """What the step engine needs to keep actions alive and repair lost messages."""
@@ -198,22 +203,34 @@ class Timing(_Section):
         """How long before an action's global timeout it is completed whatever it waits for. By the engine:
         a margin for the completion, plus one fault's retry (an invocation that dies at that run is
         redelivered in time). By the sweeper, when the queues stall: at its last run before the global
-        timeout, up to an interval and two margins before it. The same point for both, the earlier of the
+        timeout, up to an interval, how late a sweep on schedule may reach it (``sweep_lateness_seconds``) and a
+        margin for the completion before it. The same point for both, the earlier of the
         two: the sweeper never completes a lifecycle that the engine's guard would not have completed yet,
         but for a stalled one after a late sweep, up to that sweep's lateness (at most an interval) earlier:
         the next sweep, as late, would come after its global timeout (``domain/sweep/lifecycles``)."""
-        sweep = self.sweep_interval_seconds + 2 * self.heartbeat_margin_seconds
+        sweep = self.sweep_interval_seconds + self.sweep_lateness_seconds + self.heartbeat_margin_seconds
         return max(self.heartbeat_margin_seconds + self.redelivery_seconds, sweep)
 
     @property
     def min_heartbeat_timeout_seconds(self) -> int:
         """The shortest heartbeat timeout of a hook whose actions these settings keep alive. The engine's next
         run may come one fault late (a redelivery) and needs a margin to heartbeat. While the queues stall only
-        the sweeper heartbeats, once a run, which may itself come a margin late (the schedule's precision of a
-        minute, a cold start, the records read before this one): a hook of 300 s under 5-minute sweeps
-        expires between two of them."""
-        sweep = self.sweep_interval_seconds + self.heartbeat_margin_seconds
+        the sweeper heartbeats, once a run, which may itself come late (``sweep_lateness_seconds``): a hook of 300 s
+        under 5-minute sweeps expires between two of them."""
+        sweep = self.sweep_interval_seconds + self.sweep_lateness_seconds
         return max(self.heartbeat_margin_seconds + self.redelivery_seconds, sweep)
+
+    @property
+    def sweep_lateness_seconds(self) -> int:
+        """How late past its tick a sweep on schedule may reach an action: a margin (a cold start, the records read
+        before this one), and never less than its schedule's precision, a minute (SCHEDULE_PRECISION_SECONDS). Reckoned
+        by the margin alone, a HeartbeatMarginSeconds under a minute (the template takes 5 s) let the sweep that fired
+        late in its minute come after a stalled action's heartbeat deadline, or after its global timeout when the sweep
+        before, early in its own minute, had not settled it yet: the action ended undrained. A sweep interval under a
+        minute (none of EventBridge's: the template takes whole minutes; a run that compresses time sets one through the
+        environment) is taken to fire within its interval, before its next tick."""
+        precision = min(SCHEDULE_PRECISION_SECONDS, self.sweep_interval_seconds)
+        return max(self.heartbeat_margin_seconds, precision)
 
     @property
     def redelivery_seconds(self) -> int:

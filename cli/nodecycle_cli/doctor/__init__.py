@@ -21,7 +21,8 @@ with the usual credential chain, the cluster with the kubeconfig. Checked:
   drainers on one node: docs/migrating.md);
 - each managed group's hooks: present, named in ManagedHooks, a heartbeat timeout long enough for the
   settings (HeartbeatMarginSeconds plus the later of WorkVisibilityTimeoutSeconds and ResumeGraceSeconds + 2,
-  and at least SweepIntervalMinutes plus HeartbeatMarginSeconds: 360 s with the template's defaults), the
+  and at least SweepIntervalMinutes plus the later of HeartbeatMarginSeconds and a minute, the schedule's
+  precision: 360 s with the template's defaults), the
   default result; none still tagged aws-node-termination-handler/managed (that handler would drain its nodes
   too, outside the budget, and complete nodecycle's actions: docs/migrating.md);
 - the EventBridge rules enabled, each targeting its function (with the template's retry policy and dead-letter

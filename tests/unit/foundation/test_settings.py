@@ -118,6 +118,15 @@ def test_the_shortest_hook_kept_alive_covers_a_crashed_steps_retry_and_a_sweep_i
     assert settings.min_heartbeat_timeout_seconds == needed
 
 
+def test_a_margin_under_a_minute_still_leaves_the_schedule_its_minute() -> None:
+    # EventBridge fires a rate schedule within its minute, not on its second: two sweeps on schedule may come an
+    # interval and 59 s apart, whatever the heartbeat margin (5 s, the least the template takes)
+    settings = Settings.from_env({**REQUIRED, "NODECYCLE_HEARTBEAT_MARGIN_SECONDS": "5"})
+    assert settings.sweep_lateness_seconds == 60
+    assert settings.min_heartbeat_timeout_seconds == 300 + 60
+    assert settings.settle_before_seconds == 300 + 60 + 5
+
+
 def test_a_missing_setting_is_named() -> None:
     env = {key: value for key, value in REQUIRED.items() if key != "NODECYCLE_RECORD_TABLE"}
     with pytest.raises(SettingsError, match="NODECYCLE_RECORD_TABLE: is required but not set"):

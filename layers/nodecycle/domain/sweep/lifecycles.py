@@ -485,7 +485,8 @@ class LifecycleRepair:
     def _last_chance(self, record: LifecycleRecord, now: datetime, late: timedelta) -> bool:
         """Whether this sweep may be the last that comes before the action's global timeout: past the point
         where the engine's guard completes it (``settle_before``, at least an interval and two margins before
-        the global timeout: the completion's margin, and one more for a late schedule). Every open action is
+        the global timeout: the completion's margin, and one more, a minute at least, for a late schedule, which
+        EventBridge fires within its minute). Every open action is
         settled then, overdue or not: one whose message is not late yet (within the resume grace) may sit in
         a queue that has stalled, and nothing after this sweep could complete it. One the engine moves on
         is not: the guard has completed it, or is completing it (the settlement commits only on the seq it
