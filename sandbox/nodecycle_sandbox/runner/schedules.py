@@ -1,8 +1,16 @@
-"""Schedules (`Schedule`/`ScheduleV2` events): fired every interval, or faster in the sandbox, or on demand."""
+"""Schedules (`Schedule`/`ScheduleV2` events): fired every interval, or faster in the sandbox, or on demand.
+
+A rate schedule fires within the minute of its tick, not on its second: "the minimum precision for a schedule is one
+minute. Your scheduled rule runs within that minute, but not on the precise 0th second" (Amazon EventBridge User
+Guide, scheduled rules; EventBridge Scheduler: "60 second precision ... between 1:00:00 and 1:00:59"). Each tick here
+fires as late within its minute as a seeded draw says (the same run after run), its event's `time` the moment it
+fired; under a faster sandbox interval, within the same share of it (a 5-minute schedule run every 2 s: up to 0.4 s).
+"""
 
 from __future__ import annotations
 
 import json
+import random
 import threading
 import time
 import uuid
@@ -11,6 +19,9 @@ from datetime import UTC, datetime
 from typing import Any
 
 from nodecycle_sandbox.runner.functions import FunctionSpec
+
+# How late in its minute a tick may fire (seconds)
+SCHEDULE_PRECISION = 60.0
 
 
 def scheduled_event(*, rule_arn: str, account: str, region: str, at: float, detail: Any) -> dict[str, Any]:
@@ -58,9 +69,11 @@ class Schedules:
                 interval = self._interval_override or trigger.interval
                 if not trigger.enabled or interval is None:
                     continue
+                # (its share of an interval that AWS's minute is; the whole of one shorter than a minute)
+                precision = min(1.0, SCHEDULE_PRECISION / (trigger.interval or interval)) * interval
                 thread = threading.Thread(
                     target=self._tick,
-                    args=(spec, trigger.name, interval),
+                    args=(spec, trigger.name, interval, precision),
                     name=f"schedule-{spec.logical_id}",
                     daemon=True,
                 )
@@ -87,8 +100,16 @@ class Schedules:
         fired = event.get("id") if isinstance(event, dict) else None
         return fired if isinstance(fired, str) else None
 
-    def _tick(self, spec: FunctionSpec, name: str, interval: float) -> None:
-        while not self._stopping.wait(interval):
+    def _tick(self, spec: FunctionSpec, name: str, interval: float, precision: float) -> None:
+        """Fire every ``interval`` from now, each tick up to ``precision`` late (its own draw: the next tick is not
+        moved by it)."""
+        draws = random.Random(f"{self._stack}/{spec.logical_id}/{name}")
+        start, ticks = time.monotonic(), 0
+        while True:
+            ticks += 1
+            fires_at = start + ticks * interval + draws.uniform(0.0, precision)
+            if self._stopping.wait(max(0.0, fires_at - time.monotonic())):
+                return
             if self._enabled(spec.logical_id, name):  # a disabled rule does not fire; `fire` still does
                 self.fire(spec, name)
 
