@@ -4,17 +4,21 @@ throttled, and Lambda tries it again with a back-off ("from 1 second after the f
 minutes", https://docs.aws.amazon.com/lambda/latest/dg/invocation-async-error-handling.html), so the next sweep
 starts once this one has ended, and then up to an interval later (the next tick, which finds the function free).
 Two intervals ahead, what the lifecycles' part takes the next sweep to be, is shorter than that: a stalled action
-whose heartbeat deadline falls between the two lapsed with time left before its global timeout (invariant 11)."""
+whose heartbeat deadline falls between the two lapsed with time left before its global timeout (invariant 11). Its last
+chance, reckoned an interval after the sweep began, came past its global timeout too: the sweep now ends in time for
+the next to come before it, or settles the action when that is within its reserve."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from collections.abc import Sequence
+from datetime import datetime, timedelta
 
 import pytest
 
-from nodecycle.domain.sweep.sweep_time import SweepTime
-from nodecycle.domain.sweep.sweeper import Counts
-from tests.support.fakes import T0
+from nodecycle.domain.model import LifecycleRecord
+from nodecycle.domain.sweep.sweep_time import RESERVE, SHARES, SweepTime
+from nodecycle.domain.sweep.sweeper import Counts, Sweeper, SweepFailed, SweepPart
+from tests.support.fakes import T0, FakeClock, FakeMetrics, InMemoryRecords
 from tests.unit.foundation.test_engine import PLAN, kept_alive, make_record
 from tests.unit.sweeper.test_sweeper import MARGIN, Repair
 
@@ -23,9 +27,10 @@ HOOK = 600  # seconds: the doctor's advice, well above the settings' minimum for
 LONG = timedelta(seconds=255)  # a sweep that runs until its reserve (300 s less 45 s): throttled, a backlog
 
 
-def sweep(repair: Repair, left: float) -> Counts:
-    """The lifecycles' part of a sweep that reaches the lifecycle with ``left`` seconds of its invocation left."""
-    time = SweepTime(lambda: left, timedelta())
+def sweep(repair: Repair, left: float, time: SweepTime | None = None) -> Counts:
+    """The lifecycles' part of a sweep that reaches the lifecycle with ``left`` seconds of its invocation left (and
+    the sweeper's reserve)."""
+    time = time or SweepTime(lambda: left, RESERVE)
     return repair.part()(list(repair.records.open_records("stack-a")), repair.clock.now(), time)
 
 
@@ -80,13 +85,25 @@ def test_an_action_beyond_this_sweep_and_an_interval_is_left_to_the_next_sweep()
     assert repair.autoscaling.heartbeats == []
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a stalled action's last chance is reckoned an interval (and this sweep's lateness) ahead, not this sweep's "
-    "overrun: allowing for the worst case would settle every stalled action minutes early at every 1-minute sweep "
-    "(and in the sandbox, whose sweeper keeps its 300 s timeout under a compressed schedule and global timeouts, at "
-    "once); left to the settings (settle_before), which do not count the sweep's own length",
-)
+def stalled_before_its_last_chance(repair: Repair, by: timedelta) -> LifecycleRecord:
+    """A stalled drain kept alive so far under a hook of 600 s, ``by`` before its last chance as an on-time 1-minute
+    schedule reckons it (settle_before, 210 s before its global timeout)."""
+    record = make_record(
+        PLAN,
+        node="n1",
+        seq=4,
+        heartbeat_timeout=HOOK,
+        heartbeat_deadline=T0 + timedelta(seconds=HOOK),
+        global_deadline=T0 + 100 * timedelta(seconds=HOOK),
+    )
+    repair.clock.current = record.global_deadline - repair.settle_before - by
+    record = kept_alive(repair.autoscaling, record, repair.clock.now() - timedelta(seconds=100))
+    assert repair.records.create(
+        record.model_copy(update={"due_at": repair.clock.now() - timedelta(minutes=10)})
+    )
+    return record
+
+
 def test_a_stalled_action_is_settled_before_a_sweep_that_runs_to_its_reserve_pushes_the_next_past_its_end() -> (
     None
 ):
@@ -117,3 +134,77 @@ def test_a_stalled_action_is_settled_before_a_sweep_that_runs_to_its_reserve_pus
     # hook's default result
     assert (first["LifecyclesSettled"], second["LifecyclesExpired"]) == (1, 0)
     assert [action.token for action, _ in repair.autoscaling.completed] == [record.token]
+
+
+def test_a_sweep_that_may_run_past_a_stalled_actions_last_chance_ends_in_time_for_the_next_to_settle_it() -> (
+    None
+):
+    # Given a stalled drain 90 s before its last chance as an on-time 1-minute schedule reckons it: further than a
+    # reserve, near enough for a sweep with its whole invocation ahead of it to run past
+    repair = one_minute_sweeps()
+    record = stalled_before_its_last_chance(repair, by=timedelta(seconds=90))
+
+    # When a sweep reaches it with its whole invocation ahead of it
+    left = 300.0
+    time = SweepTime(lambda: left, RESERVE)
+    first = sweep(repair, left, time)
+
+    # Then it does not settle it early, but ends in time: no item starts once less than a reserve is left before that
+    # last chance, so that the next sweep, an interval after it, comes before it
+    assert (first["LifecyclesSettled"], repair.autoscaling.completed) == (0, [])
+    assert time.sweep_left() == pytest.approx(90)
+    left -= 90 - RESERVE.total_seconds() + 1
+    assert not time.enough()
+
+    # And the next sweep, an interval after this one's end, settles it before its global timeout
+    repair.clock.current += timedelta(seconds=90) + INTERVAL
+    second = sweep(repair, left=300)
+    assert (second["LifecyclesSettled"], second["LifecyclesExpired"]) == (1, 0)
+    assert [action.token for action, _ in repair.autoscaling.completed] == [record.token]
+
+
+def test_a_sweep_that_ends_before_an_interval_has_passed_leaves_a_stalled_action_to_its_last_chance() -> None:
+    # Given the same stalled drain, and a sweep that has less than an interval left (its last minute)
+    repair = one_minute_sweeps()
+    stalled_before_its_last_chance(repair, by=timedelta(seconds=5))
+    time = SweepTime(lambda: 55.0, RESERVE)
+
+    # When it reaches it, Then it neither settles it nor sets the sweep's end: the next sweep comes as its last chance
+    # reckons
+    assert sweep(repair, 55.0, time)["LifecyclesSettled"] == 0
+    assert time.sweep_left() == 55.0
+
+
+def test_the_parts_after_the_one_that_set_the_sweeps_end_keep_to_it() -> None:
+    # Given the sweeper's parts with their shares, the lifecycles' setting the sweep's end 30 s ahead
+    clock = FakeClock()
+    began = clock.now()
+    ran: list[str] = []
+
+    def lifecycles(open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
+        ran.append("lifecycles")
+        time.end_within(30)
+        return {}
+
+    def part(name: str) -> SweepPart:
+        def run(open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
+            ran.append(name)
+            return {}
+
+        return run
+
+    names = ("orphans", "lifecycles", "adoptions", "addresses")
+    sweeper = Sweeper(
+        owner="stack-a",
+        records=InMemoryRecords(),
+        clock=clock,
+        metrics=FakeMetrics(),
+        parts={name: lifecycles if name == "lifecycles" else part(name) for name in names},
+        shares=SHARES,
+    )
+
+    # When it sweeps with its whole invocation ahead of it, Then the parts after the lifecycles' are not started:
+    # less than a reserve is left before the end they set
+    with pytest.raises(SweepFailed, match=r"want of time: adoptions, addresses"):
+        sweeper.sweep(time_left=lambda: 300 - (clock.now() - began).total_seconds())
+    assert ran == ["orphans", "lifecycles"]

@@ -66,7 +66,8 @@ class LifecycleRepair:
     next by 10 s and an action ran out (seed 5, scenario 211). The cost is at most one heartbeat per open
     action per sweep. Under an interval shorter than the sweep's 300 s timeout (SweepIntervalMinutes 1 to 4), this
     sweep may itself outlast an interval and push the next one back further: by its overrun (``_overrun``), which
-    the heartbeats allow for as they allow for lateness (below).
+    the heartbeats allow for as they allow for lateness (below), and a stalled action's last chance too
+    (``_runs_past_its_last_chance``).
 
     A sweep that started late (``SweepTime.late``: its schedule delivered late, or the sweep before failed) may
     find actions that ended meanwhile, and the next sweep may come as late. So:
@@ -166,6 +167,8 @@ class LifecycleRepair:
                 record = current
                 overdue = record.overdue(now, self._grace)
                 last = record.action_open and self._last_chance(record, now, late if overdue else timedelta())
+                if overdue and record.action_open and not last:
+                    last = self._runs_past_its_last_chance(record, now, late, time)
                 unkept = False
                 try:
                     kept = self._keep_alive(record, now, counts, later)
@@ -205,6 +208,43 @@ class LifecycleRepair:
             raise SweepFailed(f"{counts['RepairsFailed']} lifecycles could not be repaired (the others were)")
         return counts
 
+    def _runs_past_its_last_chance(
+        self, record: LifecycleRecord, now: datetime, late: timedelta, time: SweepTime
+    ) -> bool:
+        """Whether a stalled action not at its last chance yet is settled now all the same, because this sweep may run
+        past that chance: under an interval shorter than what the sweep has left (SweepIntervalMinutes 1 to 4, a
+        sweep's 300 s), the next sweep comes up to an interval after this one ends (see ``_overrun``), not after it
+        began, as the last chance reckons. So 1-minute sweeps that each ran to their reserve (throttled calls, a
+        backlog) let a stalled action 215 s before its global timeout (its last chance at 210 s) go past it: the next
+        sweep came 315 s later, and Auto Scaling ended it with the hook's default result, undrained (invariant 11).
+
+        The sweep keeps to that chance instead: it ends early enough for the next one, an interval after it and as late
+        as this one, to come before it (``SweepTime.end_within``: no part starts an item after that, less its
+        reserve; most sweeps end within seconds anyway, and the point is reached at no cost). When that point is
+        within the reserve, too near for the sweep to end by it, the action is settled now: at most a reserve (and
+        this sweep's lateness) before its last chance. Settling every action the sweep's whole invocation could run
+        past would complete stalled actions minutes early at every sweep."""
+        left = timedelta(seconds=time.sweep_left())
+        if left <= self._interval:
+            return False  # (ends before an interval has passed: the next comes as the last chance reckons)
+        ends_by = record.global_deadline - self._settle_before - late  # (the latest this sweep may end)
+        if now + left < ends_by:
+            return False
+        if ends_by - now < time.reserve:
+            log.warning(
+                "lifecycle %s is stalled %d s before its last chance, and this sweep may run past it: settled now",
+                record.id,
+                (ends_by - now).total_seconds(),
+            )
+            return True
+        log.info(
+            "this sweep ends within %d s, so that the next comes before the last chance of stalled lifecycle %s",
+            (ends_by - now).total_seconds(),
+            record.id,
+        )
+        time.end_within((ends_by - now).total_seconds())
+        return False
+
     def _overrun(self, time: SweepTime) -> timedelta:
         """How much later than an interval after this moment the next sweep may start because this one is still
         running: what its invocation has left beyond an interval (none under intervals of 5 minutes or more, the
@@ -214,10 +254,10 @@ class LifecycleRepair:
         starts once this one ended, then up to an interval later (the next tick, which finds the function free).
         Reckoned by the interval alone, 1-minute sweeps that each ran to their reserve (throttled calls, a backlog)
         let a stalled action of a 600 s hook lapse between two of them (tests/unit/sweeper/
-        test_sweep_longer_than_its_interval.py). Taken for the heartbeats only (one more at most per action and
-        sweep), not for a stalled action's last chance: it is the worst case, not what a sweep usually takes, and
-        settling by it would complete every stalled action minutes early at every sweep, resumable or not."""
-        return max(timedelta(seconds=time.invocation_left()) - self._interval, timedelta())
+        test_sweep_longer_than_its_interval.py). Taken for the heartbeats (one more at most per action and sweep);
+        for a stalled action's last chance, the sweep ends in time instead (``_runs_past_its_last_chance``), by which
+        its overrun shrinks."""
+        return max(timedelta(seconds=time.sweep_left()) - self._interval, timedelta())
 
     def _urgency(self, record: LifecycleRecord) -> tuple[bool, datetime]:
         """The order of the repairs: the open actions first, the one Auto Scaling would end soonest (its

@@ -44,10 +44,19 @@ class OutOfTime(Exception):
     """A part stopped with work left, too little time being left to start more: the next sweep takes it up."""
 
 
+class SweepEnd:
+    """The latest a sweep may end, as one of its parts set it (``SweepTime.end_within``), shared by the times of all
+    its parts: the seconds of the invocation left then (0: the invocation's own end)."""
+
+    def __init__(self) -> None:
+        self.left_at_end = 0.0
+
+
 class SweepTime:
     """The time a part may use: the invocation's remaining time less a reserve, and less the shares held back
-    for the parts after it. ``late``: how long after its schedule the sweep started (see ``Sweeper.sweep``): the
-    next sweep may come as late, and what it would then reach too late is the part's to do now."""
+    for the parts after it; no more than the sweep's end, when a part set one (``end_within``). ``late``: how long
+    after its schedule the sweep started (see ``Sweeper.sweep``): the next sweep may come as late, and what it would
+    then reach too late is the part's to do now."""
 
     def __init__(
         self,
@@ -56,19 +65,36 @@ class SweepTime:
         *,
         held_back: timedelta = timedelta(),
         late: timedelta = timedelta(),
+        end: SweepEnd | None = None,
     ) -> None:
         self._time_left = time_left
         self._reserve = reserve.total_seconds()
         self._held_back = held_back.total_seconds()
         self.late = late
+        self._end = end if end is not None else SweepEnd()
+
+    @property
+    def reserve(self) -> timedelta:
+        """What an item's calls may take, retried (an item starts only with more than this left)."""
+        return timedelta(seconds=self._reserve)
+
+    def sweep_left(self) -> float:
+        """Seconds left until the sweep ends at the latest: the invocation's, or less once a part set an end."""
+        return self._time_left() - self._end.left_at_end
+
+    def end_within(self, seconds: float) -> None:
+        """Have the sweep end within ``seconds`` from now: no part starts an item after that less the reserve (the
+        lifecycles' part, so that the next sweep comes in time for a stalled action's last chance)."""
+        self._end.left_at_end = max(self._end.left_at_end, self._time_left() - max(seconds, 0.0))
 
     def invocation_left(self) -> float:
         """Seconds left of the invocation's time (the reserve and the shares included): when its calls end."""
         return self._time_left()
 
     def enough(self) -> bool:
-        """Whether another item may be started."""
-        return self._time_left() >= self._reserve + self._held_back
+        """Whether another item may be started: one that ends before the sweep's end, if a part set one."""
+        left = self._time_left()  # (read once: one look at the invocation's clock per item)
+        return left >= self._reserve + self._held_back and left - self._end.left_at_end >= self._reserve
 
     def enough_to_finish(self) -> bool:
         """Whether the rest of an item begun may be done: what a write a part made leaves to do (the wake-ups
@@ -78,4 +104,10 @@ class SweepTime:
         return self._time_left() >= self._reserve
 
     def cut_short(self, left_undone: str) -> OutOfTime:
-        return OutOfTime(f"{self._time_left():.1f} s were left: too little to start another; {left_undone}")
+        left = self._time_left()
+        ends = (
+            f" (the sweep to end within {left - self._end.left_at_end:.1f} s)"
+            if self._end.left_at_end
+            else ""
+        )
+        return OutOfTime(f"{left:.1f} s were left{ends}: too little to start another; {left_undone}")

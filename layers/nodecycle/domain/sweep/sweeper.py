@@ -55,7 +55,7 @@ from typing import Protocol, overload
 from nodecycle.domain.model import LifecycleRecord
 from nodecycle.domain.ports.lifecycle import RecordStore
 from nodecycle.domain.ports.runtime import Clock, Metrics
-from nodecycle.domain.sweep.sweep_time import RESERVE, OutOfTime, SweepTime
+from nodecycle.domain.sweep.sweep_time import RESERVE, OutOfTime, SweepEnd, SweepTime
 
 log = logging.getLogger(__name__)
 # How far ahead of the sweeper's clock a schedule time may be and still be the schedule's (EventBridge's clock and
@@ -115,9 +115,10 @@ class Sweeper:
         failed: list[str] = []
         cut_short: list[str] = []
         names = list(self._parts)
+        end = SweepEnd()  # (the sweep's end, when a part sets one: every part after it keeps to it)
         for index, (name, part) in enumerate(self._parts.items()):
             later = sum((self._shares.get(after, timedelta()) for after in names[index + 1 :]), timedelta())
-            time = SweepTime(time_left, self._reserve, held_back=later, late=late)
+            time = SweepTime(time_left, self._reserve, held_back=later, late=late, end=end)
             try:
                 if not time.enough():
                     raise time.cut_short("not started")
