@@ -78,7 +78,7 @@ OUTAGE_RECOVERY = 5.0 + 2.0
 FORCED_DELETE_SLACK = 60.0
 # The most a drain's deadline is capped before its action's global timeout (the product's tail: the force
 # grace, a stuck pod's margin of 60 s, 5 s for its looks (LOOK_SLACK), the load balancer delay, 0 here, and the
-# engine's settle margin, 32 s under the campaign's settings), rounded up: a later cap would call a forced delete early that was not.
+# engine's settle margin, 34 s under the campaign's settings), rounded up: a later cap would call a forced delete early that was not.
 DRAIN_TAIL_LONGEST = 120.0
 # Times from two processes' clocks (the API server's history, the Auto Scaling emulation's), one machine's
 CLOCK_SLACK = 0.05
