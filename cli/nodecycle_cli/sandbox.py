@@ -29,8 +29,8 @@ from nodecycle_sandbox.scenario import finished_actions, project_root, split_see
 STATE_DIR = Path(".nodecycle")
 GROUP = "nodecycle-workers"
 POOL_NAME = "sandbox-pool"
-# The hooks the README recommends: longer than the default settings' shortest heartbeat timeout (360 s).
-HEARTBEAT_TIMEOUT = 600
+# The hooks the README recommends: longer than the default settings' shortest heartbeat timeout (615 s).
+HEARTBEAT_TIMEOUT = 900
 
 
 def register(commands: Any) -> None:

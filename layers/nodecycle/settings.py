@@ -36,6 +36,7 @@ from nodecycle.domain.policy import (
     Quantity,
     RebalancePolicy,
 )
+from nodecycle.domain.sweep.sweep_time import RESERVE as SWEEP_RESERVE
 
 if TYPE_CHECKING:
     from nodecycle.cluster_settings import Budget as Budget
@@ -178,6 +179,8 @@ LifecycleSeconds = Annotated[int, Field(ge=0, le=LONGEST_GLOBAL_TIMEOUT_SECONDS)
 # not on the precise 0th second" (Amazon EventBridge User Guide, "Setting a schedule pattern for scheduled rules";
 # EventBridge Scheduler too: "60 second precision ... between 1:00:00 and 1:00:59").
 SCHEDULE_PRECISION_SECONDS = 60
+# The sweeper function's timeout (template.yaml, SweeperFunction): how long one sweep may run
+SWEEPER_TIMEOUT_SECONDS = 300
 
 
 class Timing(_Section):
@@ -215,10 +218,30 @@ class Timing(_Section):
     def min_heartbeat_timeout_seconds(self) -> int:
         """The shortest heartbeat timeout of a hook whose actions these settings keep alive. The engine's next
         run may come one fault late (a redelivery) and needs a margin to heartbeat. While the queues stall only
-        the sweeper heartbeats, once a run, which may itself come late (``sweep_lateness_seconds``): a hook of 300 s
-        under 5-minute sweeps expires between two of them."""
-        sweep = self.sweep_interval_seconds + self.sweep_lateness_seconds
+        the sweeper heartbeats, once a run: two of its heartbeats of an action may be as far apart as two sweeps'
+        starts (``sweep_period_seconds``) and the second sweep's reach (``sweep_reach_seconds``). Reckoned as an
+        interval and a margin (360 s with the defaults), a sweep whose heartbeats were throttled (botocore's retries
+        back each off for seconds) reached the actions after the first a margin later than the sweep before had: they
+        lapsed, undrained (tests/unit/sweeper/test_sweep_reach_at_the_shortest_hook.py)."""
+        sweep = self.sweep_period_seconds + self.sweep_reach_seconds
         return max(self.heartbeat_margin_seconds + self.redelivery_seconds, sweep)
+
+    @property
+    def sweep_period_seconds(self) -> int:
+        """The longest from one sweep's start to the next's, both on schedule: an interval, and how late the second
+        may come (``sweep_lateness_seconds``). Under an interval shorter than the sweeper's timeout, from the end of a
+        sweep that ran to its timeout: the ticks that fire while it runs are throttled (its reserved concurrency is
+        1), and the next sweep comes up to an interval after it ended (see ``LifecycleRepair._overrun``)."""
+        interval = self.sweep_interval_seconds
+        overrun = SWEEPER_TIMEOUT_SECONDS if interval < SWEEPER_TIMEOUT_SECONDS else 0
+        return overrun + interval + self.sweep_lateness_seconds
+
+    @property
+    def sweep_reach_seconds(self) -> int:
+        """How far into its run a sweep may heartbeat an action: it heartbeats the most urgent first, but one among
+        many, each call throttled and retried, comes as late as the sweep starts work, its timeout less the reserve
+        it keeps (``domain/sweep/sweep_time``)."""
+        return SWEEPER_TIMEOUT_SECONDS - int(SWEEP_RESERVE.total_seconds())
 
     @property
     def sweep_lateness_seconds(self) -> int:

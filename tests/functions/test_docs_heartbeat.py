@@ -28,4 +28,4 @@ def test_the_doctors_help_names_the_heartbeat_timeout_it_asks_of_hooks() -> None
     stated = re.search(r"(\d+) s with the template's defaults", " ".join(str(doctor.__doc__).split()))
     # Then it names the minimum the doctor and intake enforce with the template's defaults
     assert stated, "the doctor's help names no minimum heartbeat timeout"
-    assert int(stated.group(1)) == template_defaults_minimum() == 360
+    assert int(stated.group(1)) == template_defaults_minimum() == 615

@@ -21,8 +21,9 @@ with the usual credential chain, the cluster with the kubeconfig. Checked:
   drainers on one node: docs/migrating.md);
 - each managed group's hooks: present, named in ManagedHooks, a heartbeat timeout long enough for the
   settings (HeartbeatMarginSeconds plus the later of WorkVisibilityTimeoutSeconds and ResumeGraceSeconds + 2,
-  and at least SweepIntervalMinutes plus the later of HeartbeatMarginSeconds and a minute, the schedule's
-  precision: 360 s with the template's defaults), the
+  and at least how far apart two sweeps may heartbeat an action: SweepIntervalMinutes plus the later of
+  HeartbeatMarginSeconds and a minute, the schedule's precision, plus 255 s, how far into its run a sweep may
+  reach it, plus 300 s under 5 minutes: 615 s with the template's defaults), the
   default result; none still tagged aws-node-termination-handler/managed (that handler would drain its nodes
   too, outside the budget, and complete nodecycle's actions: docs/migrating.md);
 - the EventBridge rules enabled, each targeting its function (with the template's retry policy and dead-letter

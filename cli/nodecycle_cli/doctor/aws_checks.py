@@ -156,7 +156,7 @@ def _group_hooks(group: str, found: Sequence[Mapping[str, Any]], rules: HookRule
                     ),
                     f"aws autoscaling put-lifecycle-hook --auto-scaling-group-name {group} --lifecycle-hook-name "
                     f"nodecycle-{short} --lifecycle-transition {transition} --heartbeat-timeout "
-                    f"{max(600, rules.min_heartbeat)} --default-result {default}"
+                    f"{max(900, rules.min_heartbeat)} --default-result {default}"
                     + (f" (or add {others.split(', ')[0]} to ManagedHooks)" if others else ""),
                 )
             )
@@ -189,7 +189,7 @@ def _hook(
                 "a step retried after a crash (the work queue's visibility timeout, then the resume grace), or "
                 "the next sweep while a queue stalls (SweepIntervalMinutes), can come after the action timed "
                 "out, plus the heartbeat margin: the action ends with its default result, undrained",
-                f"{put} --heartbeat-timeout {max(600, rules.min_heartbeat)} --default-result {default}",
+                f"{put} --heartbeat-timeout {max(900, rules.min_heartbeat)} --default-result {default}",
             )
         )
     wanted = rules.launch_default if short == "launch" else "CONTINUE"

@@ -223,7 +223,7 @@ class Intake:
         if timeout < needed:
             log.warning(
                 "hook %s has a heartbeat timeout of %d s, under the %d s these settings need (the heartbeat "
-                "margin plus a crashed step's retry, or a sweep interval plus the margin): a crash near a "
+                "margin plus a crashed step's retry, or how far apart two sweeps may heartbeat it): a crash near a "
                 "heartbeat deadline, or a stalled queue between two sweeps, can let the action time out; "
                 "raise it",
                 event.hook,

@@ -31,8 +31,8 @@ GROUP = "nodecycle-workers"
 
 @pytest.fixture(scope="module")
 def sandbox() -> Iterator[Sandbox]:
-    # Given a deployment as the README describes it: hooks of 600 s, the stack's access entries
-    options = SandboxOptions(root=ROOT, group=GroupSpec(name=GROUP, size=2, hooks=default_hooks(600)))
+    # Given a deployment as the README describes it: hooks of 900 s, the stack's access entries
+    options = SandboxOptions(root=ROOT, group=GroupSpec(name=GROUP, size=2, hooks=default_hooks(900)))
     with Sandbox(options) as started:
         started.asg.wait_in_service(2, timeout=90)
         yield started
@@ -169,7 +169,7 @@ def hooks(doctor: Doctor) -> Iterator[Callable[..., None]]:
         autoscaling.delete_lifecycle_hook(
             AutoScalingGroupName=GROUP, LifecycleHookName=hook["LifecycleHookName"]
         )
-    for hook in default_hooks(600):
+    for hook in default_hooks(900):
         doctor.sandbox.asg.put_hook(hook)
 
 
@@ -184,14 +184,14 @@ def test_a_group_without_a_terminate_hook_is_a_problem(doctor: Doctor, hooks: Ca
     assert "nodes are terminated undrained" in found["why"]
     assert found["fix"] == (
         f"aws autoscaling put-lifecycle-hook --auto-scaling-group-name {GROUP} --lifecycle-hook-name "
-        f"nodecycle-terminate --lifecycle-transition {TERMINATING} --heartbeat-timeout 600 --default-result CONTINUE"
+        f"nodecycle-terminate --lifecycle-transition {TERMINATING} --heartbeat-timeout 900 --default-result CONTINUE"
     )
 
 
 def test_a_hook_whose_name_is_not_in_managed_hooks_is_named(
     doctor: Doctor, hooks: Callable[..., None]
 ) -> None:
-    hooks(delete="nodecycle-terminate", put=HookSpec("drain-me", TERMINATING, 600, "CONTINUE"))
+    hooks(delete="nodecycle-terminate", put=HookSpec("drain-me", TERMINATING, 900, "CONTINUE"))
 
     _, findings = doctor("--stack", STACK)
 
@@ -215,10 +215,10 @@ def test_a_heartbeat_timeout_too_short_for_the_settings_is_a_problem(
     found = only(findings, "hooks")
     assert (status, found["status"]) == (1, "problem")
     assert found["what"] == (
-        f"hook nodecycle-terminate of group {GROUP} has a heartbeat timeout of 200 s, under the 360 s these "
+        f"hook nodecycle-terminate of group {GROUP} has a heartbeat timeout of 200 s, under the 615 s these "
         "settings need"
     )
-    assert "--heartbeat-timeout 600 --default-result CONTINUE" in found["fix"]
+    assert "--heartbeat-timeout 900 --default-result CONTINUE" in found["fix"]
 
 
 def test_a_heartbeat_timeout_the_sweeper_cannot_keep_alive_is_a_problem(
@@ -233,7 +233,7 @@ def test_a_heartbeat_timeout_the_sweeper_cannot_keep_alive_is_a_problem(
     found = only(findings, "hooks")
     assert (status, found["status"]) == (1, "problem")
     assert found["what"] == (
-        f"hook nodecycle-terminate of group {GROUP} has a heartbeat timeout of 330 s, under the 360 s these "
+        f"hook nodecycle-terminate of group {GROUP} has a heartbeat timeout of 330 s, under the 615 s these "
         "settings need"
     )
     assert "SweepIntervalMinutes" in found["why"]
@@ -242,14 +242,14 @@ def test_a_heartbeat_timeout_the_sweeper_cannot_keep_alive_is_a_problem(
 def test_a_launch_hook_that_continues_when_nodecycle_would_abandon_is_a_warning(
     doctor: Doctor, hooks: Callable[..., None]
 ) -> None:
-    hooks(put=HookSpec("nodecycle-launch", LAUNCHING, 600, "CONTINUE"))
+    hooks(put=HookSpec("nodecycle-launch", LAUNCHING, 900, "CONTINUE"))
 
     status, findings = doctor("--stack", STACK)
 
     found = only(findings, "hooks")
     assert (status, found["status"]) == (1, "warning")
     assert found["what"] == f"hook nodecycle-launch of group {GROUP} defaults to CONTINUE, not ABANDON"
-    assert found["fix"].endswith("--heartbeat-timeout 600 --default-result ABANDON")
+    assert found["fix"].endswith("--heartbeat-timeout 900 --default-result ABANDON")
 
 
 def test_a_missing_access_entry_is_a_problem_with_the_command_that_creates_it(doctor: Doctor) -> None:

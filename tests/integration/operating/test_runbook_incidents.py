@@ -2,7 +2,7 @@
 (``nodecycle doctor``, ``status``, ``budget``) point at what happened and at the entry that says what to do,
 and doing it ends the incident.
 
-One sandbox for the module, deployed as the README says (hooks of 600 s), with Elastic IPs (EipMode allocate);
+One sandbox for the module, deployed as the README says (hooks of 900 s), with Elastic IPs (EipMode allocate);
 each test makes its incident and takes it away again.
 """
 
@@ -54,7 +54,7 @@ def sandbox() -> Iterator[Sandbox]:
         # after the same five attempts, in a fraction of a second rather than 7.5 s a call
         settings={"SANDBOX_AWS_BACKOFF_SCALE": "0.05"},
         size=2,
-        hooks=default_hooks(600),
+        hooks=default_hooks(900),
     ) as started:
         yield started
 

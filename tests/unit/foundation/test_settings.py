@@ -108,12 +108,15 @@ def test_a_label_selector_the_api_server_parses_is_accepted(selector: str) -> No
     assert settings.budget_node_selector == selector.strip()
 
 
-@pytest.mark.parametrize(("interval", "needed"), [("5", 360), ("1", 210), ("30", 1860)])
+@pytest.mark.parametrize(
+    ("interval", "needed"), [("5", 615), ("1", 300 + 60 + 60 + 255), ("30", 1800 + 60 + 255)]
+)
 def test_the_shortest_hook_kept_alive_covers_a_crashed_steps_retry_and_a_sweep_interval(
     interval: str, needed: int
 ) -> None:
     # 60 s margin; a crashed step is retried within max(150 s visibility, 60 s resume grace + 2); while a queue
-    # stalls only the sweeper heartbeats, once an interval (which may come a margin late)
+    # stalls only the sweeper heartbeats, once an interval (which may come a minute late), up to 255 s into its run
+    # (its 300 s timeout less its reserve); under an interval shorter than its timeout, after a sweep that ran to it
     settings = Settings.from_env({**REQUIRED, "NODECYCLE_SWEEP_INTERVAL_MINUTES": interval})
     assert settings.min_heartbeat_timeout_seconds == needed
 
@@ -123,7 +126,7 @@ def test_a_margin_under_a_minute_still_leaves_the_schedule_its_minute() -> None:
     # interval and 59 s apart, whatever the heartbeat margin (5 s, the least the template takes)
     settings = Settings.from_env({**REQUIRED, "NODECYCLE_HEARTBEAT_MARGIN_SECONDS": "5"})
     assert settings.sweep_lateness_seconds == 60
-    assert settings.min_heartbeat_timeout_seconds == 300 + 60
+    assert settings.min_heartbeat_timeout_seconds == 300 + 60 + 255
     assert settings.settle_before_seconds == 300 + 60 + 5
 
 

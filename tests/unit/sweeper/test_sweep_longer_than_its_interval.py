@@ -23,7 +23,7 @@ from tests.unit.foundation.test_engine import PLAN, kept_alive, make_record
 from tests.unit.sweeper.test_sweeper import MARGIN, Repair
 
 INTERVAL = timedelta(minutes=1)  # SweepIntervalMinutes=1
-HOOK = 600  # seconds: the doctor's advice, well above the settings' minimum for a 1-minute interval (210 s)
+HOOK = 600  # seconds: under the settings' minimum for a 1-minute interval (675 s), as each sweep reaches it first
 LONG = timedelta(seconds=255)  # a sweep that runs until its reserve (300 s less 45 s): throttled, a backlog
 
 

@@ -1,22 +1,19 @@
-"""The shortest heartbeat timeout the settings keep alive while a queue stalls is a sweep interval plus the heartbeat
-margin (360 s with the defaults: ``Timing.min_heartbeat_timeout_seconds``, what intake and ``nodecycle doctor`` accept).
-Under such a hook the sweeper heartbeats a stalled action at every sweep, and the time between two heartbeats is the
-interval plus how much later into its sweep the second reaches it than the first did: the margin must cover that too.
-It does not when the second sweep is slowed (Auto Scaling throttled: botocore's retries back a heartbeat off for tens
-of seconds; or the orphans' keep-alive before the lifecycles' part using its time, up to 125 s of a 300 s sweep): the
-actions the sweep reaches more than a margin later than the one before lapse, undrained (invariant 11).
-
-Documented, not fixed: the bound is the settings' minimum (raised to cover the sweep's own working time, 255 s, it
-would be 615 s, and the doctor's, intake's and the README's figures move with it), which the review left to its
-owner; a hook of 600 s, the doctor's advice, keeps the same stalled actions alive."""
+"""The shortest heartbeat timeout the settings keep alive while a queue stalls (``Timing.min_heartbeat_timeout_seconds``,
+what intake and ``nodecycle doctor`` accept). Under such a hook the sweeper heartbeats a stalled action at every sweep,
+and the time between two heartbeats is the interval plus how much later into its sweep the second reaches it than the
+first did. Reckoned as an interval and a margin (360 s with the defaults), the margin had to cover that too, and did
+not when the second sweep was slowed (Auto Scaling throttled: botocore's retries back a heartbeat off for tens of
+seconds; or the orphans' keep-alive before the lifecycles' part using its time, up to 125 s of a 300 s sweep): the
+actions the sweep reached more than a margin later than the one before lapsed, undrained (invariant 11). The minimum
+now counts how far into its run a sweep may reach an action, its 300 s timeout less its 45 s reserve (615 s with the
+defaults)."""
 
 from __future__ import annotations
 
 from datetime import timedelta
 
-import pytest
-
 from nodecycle.domain.model import ActionRef
+from nodecycle.settings import Timing
 from tests.support.fakes import T0
 from tests.unit.foundation.test_engine import PLAN, make_record
 from tests.unit.sweeper.test_orphans import AMPLE
@@ -61,13 +58,12 @@ def test_a_stalled_action_under_the_doctors_600_s_hook_outlives_a_throttled_swee
     assert [repair.autoscaling.expires_at(t) > repair.clock.now() for t in "abc"] == [True] * 3
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="under the shortest hook the settings accept (an interval and a margin), a sweep reaching an action more "
-    "than a margin later than the sweep before did finds it lapsed: the settings' minimum does not cover the sweep's "
-    "own working time",
-)
 def test_a_stalled_action_under_the_shortest_hook_the_settings_accept_outlives_a_throttled_sweep() -> None:
-    shortest = int((INTERVAL + MARGIN).total_seconds())  # 360 s
+    timing = Timing()  # the template's defaults, the Repair's
+    assert (timing.sweep_interval_seconds, timing.heartbeat_margin_seconds) == (
+        INTERVAL.seconds,
+        MARGIN.seconds,
+    )
+    shortest = timing.min_heartbeat_timeout_seconds  # 615 s
     repair = two_sweeps_the_second_throttled(shortest)
     assert [repair.autoscaling.expires_at(t) > repair.clock.now() for t in "abc"] == [True] * 3
