@@ -156,6 +156,7 @@ def engine() -> StepEngine:
                 policy=policy,
                 metrics=ports.metrics,
                 events=events,
+                clock=ports.clock,
                 lifecycles=RecordedLifecycles(ports.records),
             ),
             Step.FORGET_NODE: ForgetNode(

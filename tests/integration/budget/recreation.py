@@ -143,10 +143,15 @@ def acquire_step(api: client.CoreV1Api, budget: DisruptionBudget, records: InMem
 
 
 def cordon_step(
-    api: client.CoreV1Api, budget: DisruptionBudget, lifecycles: RecordedLifecycles | None = None
+    api: client.CoreV1Api,
+    budget: DisruptionBudget,
+    lifecycles: RecordedLifecycles | None = None,
+    *,
+    clock: FakeClock,
 ) -> Cordon:
-    """The CORDON step, wired as the drain function wires it (with ``lifecycles``, it reads the records)."""
-    return Cordon(**wired(api, budget), lifecycles=lifecycles)
+    """The CORDON step, wired as the drain function wires it (with ``lifecycles``, it reads the records), on the
+    test's ``clock``."""
+    return Cordon(**wired(api, budget), clock=clock, lifecycles=lifecycles)
 
 
 def evict_step(

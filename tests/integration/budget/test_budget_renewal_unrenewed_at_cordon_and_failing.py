@@ -51,7 +51,7 @@ def test_a_cordon_refused_its_renewal_past_its_slot_s_expiry_waits_for_a_slot_be
     drain_deadline: datetime | None = None
     while outcome is None or (outcome.again and clock.now() <= GLOBAL_AT):
         clock.advance(EVERY if outcome is None else max(1.0, outcome.delay))
-        outcome = cordon_step(api, blue)(record, clock.now())
+        outcome = cordon_step(api, blue, clock=clock)(record, clock.now())
         record = as_stored(record, outcome)
         if refused_at is None and CORDON_REFUSED in record.extra:
             refused_at = clock.now()

@@ -33,7 +33,7 @@ def cordons(
     its record at the step."""
     record = at_its_cordon(slot_of(i))
     records.create(record)
-    return cordon_step(api, budget)(record, clock.now())
+    return cordon_step(api, budget, clock=clock)(record, clock.now())
 
 
 def unschedulable(server: KubeServer, i: int) -> bool:

@@ -43,7 +43,9 @@ def late_cordon(
 ) -> Outcome:
     """A late delivery of node ``slot.node``'s cordon, with the record as it read it then (at its cordon, seq 2),
     the step wired as the drain function wires it."""
-    return cordon_step(api, budget, RecordedLifecycles(records))(at_its_cordon(slot), clock.now())
+    return cordon_step(api, budget, RecordedLifecycles(records), clock=clock)(
+        at_its_cordon(slot), clock.now()
+    )
 
 
 def left_alone(server: KubeServer, i: int) -> bool:

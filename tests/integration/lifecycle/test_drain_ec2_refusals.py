@@ -76,7 +76,9 @@ def drain_steps(
         Step.ACQUIRE_SLOT: AcquireSlot(
             finder=finder, cluster=cluster, slots=slots, policy=policy(), records=world.records, **ports
         ),
-        Step.CORDON: Cordon(finder=finder, cluster=cluster, slots=slots, policy=policy(), **ports),
+        Step.CORDON: Cordon(
+            finder=finder, cluster=cluster, slots=slots, policy=policy(), clock=world.clock, **ports
+        ),
         Step.EVICT: Evict(
             cluster=cluster, slots=slots, instances=instances, policy=policy(), time_left=no_end, **ports
         ),

@@ -642,6 +642,7 @@ def cordon(cluster: Cluster, **ports: object) -> Cordon:
         "policy": policy(),
         "metrics": FakeMetrics(),
         "events": FakeEvents(),
+        "clock": FakeClock(T0),  # (behind every step's ``now``: the drain's time is the step's, as at T0)
     }
     return Cordon(cluster=cluster, **(defaults | ports))  # type: ignore[arg-type]
 

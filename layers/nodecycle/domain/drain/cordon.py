@@ -44,7 +44,7 @@ from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.policy import DrainPolicy
 from nodecycle.domain.ports.budget import Slots
 from nodecycle.domain.ports.cluster import Claim, Cluster, Events, NodeInfo, Refused
-from nodecycle.domain.ports.runtime import Metrics
+from nodecycle.domain.ports.runtime import Clock, Metrics
 
 log = logging.getLogger(__name__)
 
@@ -78,7 +78,8 @@ class Failure:
 def _cordoned_at(node: NodeInfo, record: LifecycleRecord, now: datetime) -> datetime:
     """When this lifecycle's own claim cordoned ``node``, if one did that the record does not tell of (its
     answer lost with the connection, its invocation ended after the PATCH; the step retried): the start its
-    in-progress annotation carries. Else ``now``. The slot has been held for the drain since that cordon, and
+    in-progress annotation carries (the clock as that PATCH was sent, the cordon landing moments later). Else
+    ``now``. The slot has been held for the drain since that cordon, and
     its bound (invariant 10) runs from it, not from the retry."""
     if node.lifecycle != record.id or not node.unschedulable:
         return now
@@ -122,10 +123,13 @@ class Cordon:
         policy: DrainPolicy,
         metrics: Metrics,
         events: Events,
+        clock: Clock,
         lifecycles: ClaimedLifecycles | None = None,
     ) -> None:
         """``lifecycles``: what the lifecycles' records say now, read before a node not yet claimed for this
-        lifecycle is touched (None: not read)."""
+        lifecycle is touched (None: not read). ``clock``: the engine's, read again as the cordon is sent and
+        answered (the drain's time starts at its cordon, not at the step's start)."""
+        self._clock = clock
         self._lifecycles = lifecycles
         self._finder = finder
         self._cluster = cluster
@@ -297,6 +301,17 @@ class Cordon:
                 # against a drain's timeout (the refusal is told again if the next cordon is refused too)
                 found["extra"] = _without_refusal(found, record)
                 return Outcome.goto(Step.ACQUIRE_SLOT, self._policy.budget_retry_seconds, **found)
+        # A drain whose time starts with this try (``now`` itself: no earlier try of the cordon, no claim of this
+        # lifecycle found on the node, or a slot granted again) is dated from its cordon, not from the step's start:
+        # the node's read and the slot's confirmation before the PATCH (a slow API server, a budget ConfigMap whose
+        # writers conflict: up to seconds) are the slot's time, not the drain's (invariant 9), and the pods are
+        # promised DrainTimeoutSeconds after the cordon before the timeout policy deletes them. The in-progress
+        # annotation carries the clock as the PATCH is sent (the latest this step knows before it: what a retry
+        # after a crash reads, see _cordoned_at); the drain's start and deadline, the clock once it is answered
+        # (the cordon landed before that answer, or the refusal or failure came then: never before it).
+        fresh = started == now
+        if fresh:
+            started, deadline = self._dated(record, self._after(now))
         in_progress = json.dumps(
             {
                 "instance": record.instance_id,
@@ -316,15 +331,25 @@ class Cordon:
                 exclude_from_lb=self._policy.exclude_from_load_balancers,
             )
         except Refused as refusal:
-            return self._refused(record, node.name, node.uid, str(refusal), started, deadline, now, found)
+            answered = self._after(now)
+            started, deadline = self._dated(record, answered) if fresh else (started, deadline)
+            return self._refused(
+                record, node.name, node.uid, str(refusal), started, deadline, answered, found
+            )
         except TransientError as error:
-            # (a claim whose answer was lost may have taken effect: the next try finds it, see _cordoned_at)
+            # (a claim whose answer was lost may have taken effect: the next try finds it, see _cordoned_at; its
+            # first failure is noted as of its answer, after the PATCH landed if it did)
             log.warning("cordon of node %s failed: %s", node.name, error)
+            answered = self._after(now)
+            started, deadline = self._dated(record, answered) if fresh else (started, deadline)
             failed = Failure(str(error), error.retry_after)
-            return self._failing(record, node.name, node.uid, failed, started, deadline, now, found)
+            return self._failing(record, node.name, node.uid, failed, started, deadline, answered, found)
+        answered = self._after(now)
+        if fresh:
+            started, deadline = self._dated(record, answered)
         if claim is Claim.CONFLICT:
             conflict = Failure("the node changed between its read and the PATCH (HTTP 409 Conflict)")
-            return self._failing(record, node.name, node.uid, conflict, started, deadline, now, found)
+            return self._failing(record, node.name, node.uid, conflict, started, deadline, answered, found)
         if claim is Claim.GONE:
             return Outcome.goto(settle_step(record), outcome="node-gone")
         log.info("cordoned node %s", node.name)
@@ -350,8 +375,9 @@ class Cordon:
         pods, which the pod garbage collector force-deletes later, PodDisruptionBudgets or not. The eviction's poll
         asks them to leave instead, its slot renewed first (see ``Evict._node_deleted``); the drain's time starts
         as a cordon's would (a pause is moved by that poll). Noted NOTHING_CORDONED: a node its kubelet registers
-        again under the name is claimed then, as the drain's node registered again is."""
-        started, deadline = self._drain_time(record, None, now)
+        again under the name is claimed then, as the drain's node registered again is. (Dated from the clock now, not
+        the step's start, as a cordon's answer dates a drain: the reads before took part of the step.)"""
+        started, deadline = self._drain_time(record, None, self._after(now))
         log.warning(
             "node %s of %s was deleted, pods still bound to its name: nothing to cordon, evicting them",
             record.node,
@@ -359,6 +385,14 @@ class Cordon:
         )
         extra = {**_unseen(_without_refusal({}, record)), NOTHING_CORDONED: now.isoformat()}
         return Outcome.next(drain_started_at=started, drain_deadline=deadline, extra=extra)
+
+    def _after(self, now: datetime) -> datetime:
+        """The clock now, read after ``now`` (the step's start, on the same clock): never before it."""
+        return max(now, self._clock.now())
+
+    def _dated(self, record: LifecycleRecord, started: datetime) -> tuple[datetime, datetime]:
+        """A drain's start and deadline when its time starts at ``started``."""
+        return started, min(started + self._policy.timeout, _deadline_cap(record, self._policy))
 
     def _unrenewed(
         self, record: LifecycleRecord, found: dict[str, Any], now: datetime, error: TransientError | Refused
