@@ -1,10 +1,10 @@
-"""The product's drain time starts when its cordon step starts, before the step's requests (the node's read, the
-budget document's read and renewal, the PATCH); the judges see the cordon when its PATCH lands. A slow API server
-(``kube-slow``) puts its delay between the two: seed 66 scenario 5 (a scale-in, ``--forge --lag``) had a cordon
-land 0.65 s after its step began, the force policy's deletes came at the product's timeout, 0.37 s before the
-judge's, and their breach of the pods' budget was called a pdb violation. A request of that step served late
-begins the drain for the judges at its arrival: the node's read or PATCH after the grant, or the budget
-ConfigMap's between the grant and the cordon."""
+"""A cordon step's requests a slow API server (``kube-slow``) answered late do not begin its drain for the judges:
+the product dates a drain whose cordon lands from the PATCH's answer, not from the step's start before its requests
+(the node's read, the budget document's read and renewal, the PATCH), and the pods are promised the whole drain
+timeout after the cordon. Seed 66 scenario 5 (a 0.65 s slow step) and seed 219 scenario 4 (150 ms of a loaded
+machine, no fault) had the force policy's deletes 0.37 s and 20 ms before a drain timeout after the cordon, when the
+product still dated from the step's start; the judges then began such a drain at its slowed requests, an excuse the
+product no longer needs (tests/integration/kube/test_kube_drain_cordon_dated.py)."""
 
 from __future__ import annotations
 
@@ -14,7 +14,7 @@ from nodecycle_sandbox.faults import Firing
 from tests.campaign.test_invariants import NODE, T0, _budget_holding, _node, _observation
 
 
-def test_a_cordon_step_a_slow_api_server_delayed_begins_the_drain_at_its_slowed_request() -> None:
+def test_a_cordon_step_a_slow_api_server_delayed_begins_the_drain_when_its_cordon_lands() -> None:
     # Given a node granted its slot at 3 s and cordoned at 6 s
     history = [_budget_holding(T0 + 3, NODE), _node(T0 + 6, owner="chaos-a", cordoned=True)]
 
@@ -22,12 +22,13 @@ def test_a_cordon_step_a_slow_api_server_delayed_begins_the_drain_at_its_slowed_
         return _forced_from(_observation(history, firings=list(firings)))[NODE]
 
     slow = "kube-slow"
-    # Then a request of its cordon step served late begins the drain when it arrived
-    assert forced_from(Firing(5.2, "f1", slow, f"PATCH nodes {NODE}")) == T0 + 5.2 + DRAIN_TIMEOUT
-    assert forced_from(Firing(5.0, "f1", slow, f"GET nodes {NODE}")) == T0 + 5.0 + DRAIN_TIMEOUT
-    assert forced_from(Firing(4.5, "f1", slow, f"GET configmaps {BUDGET[1]}")) == T0 + 4.5 + DRAIN_TIMEOUT
-    # but not one before the grant (the slot's ask), one of another node, or a ConfigMap's after the cordon
-    assert forced_from(Firing(2.0, "f1", slow, f"GET configmaps {BUDGET[1]}")) == T0 + 6 + DRAIN_TIMEOUT
-    assert forced_from(Firing(5.0, "f1", slow, "PATCH nodes other")) == T0 + 6 + DRAIN_TIMEOUT
-    assert forced_from(Firing(7.0, "f1", slow, f"PUT configmaps {BUDGET[1]}")) == T0 + 6 + DRAIN_TIMEOUT
-    assert forced_from(Firing(4.0, "f1", slow, "GET configmaps other")) == T0 + 6 + DRAIN_TIMEOUT
+    # Then a request of its cordon step served late leaves the drain's beginning at the cordon
+    for slowed in (
+        Firing(5.2, "f1", slow, f"PATCH nodes {NODE}"),
+        Firing(5.0, "f1", slow, f"GET nodes {NODE}"),
+        Firing(4.5, "f1", slow, f"GET configmaps {BUDGET[1]}"),
+    ):
+        assert forced_from(slowed) == T0 + 6 + DRAIN_TIMEOUT, slowed
+    # while a first try that failed still begins it (the product's time runs since that try)
+    failed = Firing(5.0, "f1", "kube-error", f"PATCH nodes {NODE}")
+    assert forced_from(failed) == T0 + 5.0 + DRAIN_TIMEOUT
