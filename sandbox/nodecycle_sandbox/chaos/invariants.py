@@ -508,10 +508,29 @@ def _forced_from(o: Observation) -> dict[str, float]:
         ]
         if granted != float("inf"):
             tries += _stormed(o, granted, min(cordons, default=float("inf")))
+            tries += _confirmations_failed(o, granted, min(cordons, default=float("inf")))
         if cordons or tries:
             begun[node] = min(begun.get(node, float("inf")), *cordons, *tries)
             deadline[node] = action.global_deadline - DRAIN_TAIL_LONGEST
     return {node: min(at + DRAIN_TIMEOUT, deadline[node]) - skew for node, at in begun.items()}
+
+
+def _confirmations_failed(o: Observation, granted: float, cordoned: float) -> list[float]:
+    """When a request of the budget ConfigMap that a fault failed or refused arrived between the grant of a drain's
+    slot at ``granted`` and its cordon at ``cordoned``: the cordon step confirms the slot there before its PATCH, and
+    a confirmation that fails (a 5xx or 429 the store does not retry, a dropped connection) or is refused (RBAC, a
+    webhook) is a failing or refused try of the cordon, whose time the product counts as the drain's since that
+    step began; its cordon lands a retry later. Not a 409: the store reads and writes again itself, and only a storm
+    past its retries fails the step (``_stormed``). Whoever's request it was: the judge may begin a drain early by
+    that window, never late."""
+    found = []
+    for firing in o.firings:
+        at = o.acting_at + firing.at
+        if firing.kind not in _NOT_DONE or firing.kind == "kube-conflict":
+            continue
+        if firing.detail.split()[1:3] == ["configmaps", BUDGET[1]] and granted <= at <= cordoned:
+            found.append(at)
+    return found
 
 
 def _holding(o: Observation) -> dict[str, list[float]]:
