@@ -36,7 +36,7 @@ from nodecycle.domain.policy import (
     Quantity,
     RebalancePolicy,
 )
-from nodecycle.domain.sweep.sweep_time import RESERVE as SWEEP_RESERVE
+from nodecycle.domain.reserves import SWEEP_RESERVE
 
 if TYPE_CHECKING:
     from nodecycle.cluster_settings import Budget as Budget
@@ -240,7 +240,7 @@ class Timing(_Section):
     def sweep_reach_seconds(self) -> int:
         """How far into its run a sweep may heartbeat an action: it heartbeats the most urgent first, but one among
         many, each call throttled and retried, comes as late as the sweep starts work, its timeout less the reserve
-        it keeps (``domain/sweep/sweep_time``)."""
+        it keeps (``domain/reserves``)."""
         return SWEEPER_TIMEOUT_SECONDS - int(SWEEP_RESERVE.total_seconds())
 
     @property

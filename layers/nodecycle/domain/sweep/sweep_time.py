@@ -16,10 +16,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from datetime import timedelta
 
-# Of the sweeper's 300 s: one item's calls (a heartbeat, a record write, a message: up to three), each retried
-# when throttled (botocore's standard mode backs off for up to about 15 s over its attempts), and the flush of
-# the metrics after the last part.
-RESERVE = timedelta(seconds=45)
+from nodecycle.domain.reserves import SWEEP_RESERVE
+
+# Of the sweeper's 300 s, kept for the last item's calls and the metrics' flush (defined apart: see there)
+RESERVE = SWEEP_RESERVE
 
 # Held back for the lifecycles' repair from the orphans' keep-alive, which comes before it: a few heartbeats
 # (throttled, retried) for the open actions most urgent, and the settlement of one at its last sweep, when
