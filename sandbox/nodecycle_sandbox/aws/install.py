@@ -29,6 +29,7 @@ from nodecycle_sandbox.aws import (
     dynamodb_sizes,
     dynamodb_transactions,
     ec2_addresses,
+    ec2_addresses_managed,
     ec2_consistency,
     ec2_filters,
     ec2_instances,
@@ -76,6 +77,7 @@ def install() -> None:
     dynamodb_expressions.install()  # a placeholder defined and not used refused, as DynamoDB does
     dynamodb_sizes.install()  # an item's lists and maps counted with their overhead against the size limit
     ec2_addresses.install()
+    ec2_addresses_managed.install()  # an address on another service's interface (a NAT gateway's) is its own
     ec2_filters.install()  # at most 200 filter values a call, of at most 255 characters
     ec2_instances.install()  # terminated instances forgotten after about an hour
     ec2_tags.install()
