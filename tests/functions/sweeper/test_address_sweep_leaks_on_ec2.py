@@ -12,6 +12,7 @@ import boto3
 from nodecycle.domain.ports.addresses import ALLOCATED_AT_TAG, INSTANCE_TAG, OWNER_TAG, POOL_TAG
 from nodecycle.wiring import sweeper
 from nodecycle.wiring.eip import address_sweep
+from nodecycle_sandbox.aws import ec2_addresses_managed
 from tests.functions.eip.conftest import AwsLikeEc2, addresses, allocate, ec2, run_instances
 from tests.functions.eip.test_address_sweep_on_ec2 import shutting_down
 from tests.support.stack import Stack
@@ -144,3 +145,44 @@ def test_a_pool_address_its_terminate_returned_after_the_listing_is_not_counted_
     # warning that it had disassociated the address from a gone instance)
     assert state() == {pooled: launching}
     assert (released, returned) == (0, 0)
+
+
+def test_an_address_on_a_nat_gateway_is_left_to_it_and_fails_no_sweep(stack: Stack, ec2: AwsLikeEc2) -> None:
+    # Given a pool address, allocated into its pool for an instance gone since (the pool's tag names only the
+    # instance that grew the pool), that an operator gave to a NAT gateway: on the gateway's interface, which no
+    # instance holds and which is the gateway's, not an instance's left behind (requester-managed)
+    ec2_addresses_managed.install()  # (EC2's answers for a NAT gateway's interface and address)
+    (grower,) = run_instances(1)
+    client = boto3.client("ec2")
+    days_ago = stamp(timedelta(days=2))
+    pooled = allocate(**{OWNER_TAG: OWNER, POOL_TAG: "ci", INSTANCE_TAG: grower, ALLOCATED_AT_TAG: days_ago})
+    subnet = client.describe_subnets()["Subnets"][0]["SubnetId"]
+    gateway = client.create_nat_gateway(SubnetId=subnet, AllocationId=pooled)["NatGateway"]
+    interface = gateway["NatGatewayAddresses"][0]["NetworkInterfaceId"]
+    client.terminate_instances(InstanceIds=[grower])
+
+    # When the sweeper runs, Then it does not fail (before: EC2 refused the disassociation, AuthFailure, at every
+    # sweep, and every sweep failed) and the address stays with the gateway
+    assert sweep() == (0, 0)
+    on_interface = {a["AllocationId"]: a.get("NetworkInterfaceId") for a in addresses()}
+    assert on_interface == {pooled: interface}
+
+
+def test_a_pool_address_left_on_the_interface_of_its_claimer_is_returned_though_its_grower_lives(
+    stack: Stack, ec2: AwsLikeEc2
+) -> None:
+    # Given a pool address allocated for an instance that still runs (it grew the pool), claimed since by another
+    # instance that went without its release step, leaving the address on its interface, which outlived it
+    grower, claimer = run_instances(2)
+    client = boto3.client("ec2")
+    days_ago = stamp(timedelta(days=2))
+    pooled = allocate(**{OWNER_TAG: OWNER, POOL_TAG: "ci", INSTANCE_TAG: grower, ALLOCATED_AT_TAG: days_ago})
+    subnet = client.describe_subnets()["Subnets"][0]["SubnetId"]
+    interface = client.create_network_interface(SubnetId=subnet)["NetworkInterface"]["NetworkInterfaceId"]
+    ec2.moto.associate_address(AllocationId=pooled, NetworkInterfaceId=interface, AllowReassociation=False)
+    client.terminate_instances(InstanceIds=[claimer])
+
+    # When the sweeper runs, Then the address is back in its pool (before: kept on the leftover interface for as
+    # long as the instance that grew the pool lived, lost to the pool)
+    assert sweep() == (0, 1)
+    assert state() == {pooled: None}

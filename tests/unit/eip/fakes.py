@@ -66,6 +66,10 @@ class Eip:
             association_id=self.association_id,
             instance_id=self.instance_id,
             tags=dict(self.tags),
+            # (an address associated with no instance is on an interface of its own, left behind by default)
+            interface_id=f"eni-{self.allocation_id}"
+            if self.association_id and not self.instance_id
+            else None,
         )
 
 
@@ -85,6 +89,8 @@ class FakeAddresses:
     default_vpc: bool = False
     # addresses AWS locked: ReleaseAddress refuses them (InvalidAddress.Locked), associated or not
     locked: set[str] = field(default_factory=set)
+    # network interfaces an AWS service manages (a NAT gateway's) or an instance holds: not left behind
+    held_interfaces: set[str] = field(default_factory=set)
     calls: list[str] = field(default_factory=list)
     faults: dict[str, list[Exception]] = field(default_factory=lambda: defaultdict(list))
     # runs once, before (or after) the next call of a method, with that call's arguments
@@ -228,6 +234,10 @@ class FakeAddresses:
     def instance_states(self, instance_ids: Collection[str]) -> dict[str, str]:
         self._call("instance_states", instance_ids)
         return {instance: self.instances[instance] for instance in instance_ids if instance in self.instances}
+
+    def left_behind(self, interface_ids: Collection[str]) -> set[str]:
+        self._call("left_behind", interface_ids)
+        return set(interface_ids) - self.held_interfaces
 
     def launched_at(self, instance_id: str) -> datetime | None:
         self._call("launched_at", instance_id)

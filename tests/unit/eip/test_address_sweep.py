@@ -264,3 +264,65 @@ def test_an_address_left_on_the_network_interface_of_a_gone_instance_is_freed(
     assert ec2.eips[pooled].association_id is None
     assert ec2.eips[in_use].association_id is not None
     assert (first.returned, first.released + second.released) == (1, 1)
+
+
+def test_an_address_on_an_interface_a_service_manages_is_left_to_it_and_fails_no_sweep(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    # Given addresses of instances gone days ago on interfaces no instance holds: a pool address and one allocated
+    # for its instance, each on a NAT gateway's interface (requester-managed: EC2 refuses their disassociation to
+    # anyone but the gateway, AuthFailure)
+    gone = "i-0a1b2c3d4e5f60718"
+    ec2.launch(gone, "terminated")
+    days_ago = T0 - timedelta(days=2)
+    pooled = ec2.add(allocated_for=gone, allocated_at=days_ago, pool=POOL)
+    allocated = ec2.add(allocated_for=gone, allocated_at=days_ago)
+    for allocation_id in (pooled, allocated):
+        ec2.eips[allocation_id].association_id = f"eipassoc-{allocation_id}"
+        ec2.held_interfaces.add(f"eni-{allocation_id}")
+
+    # When the sweeper runs, Then both stay where they are and nothing is asked of EC2 for them
+    report = sweep(ec2, metrics)
+    assert (report.released, report.returned, report.kept) == (0, 0, 2)
+    assert ec2.eips[pooled].association_id is not None
+    assert ec2.eips[allocated].association_id is not None
+    assert "disassociate" not in ec2.calls
+    assert "EipFailures" not in metrics.counts
+
+
+def test_a_pool_address_on_an_interface_left_behind_is_returned_whatever_instance_grew_the_pool(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    # Given a pool address allocated for an instance that lives (it grew the pool), left on an interface no
+    # instance holds (its claimer went without its release step)
+    pooled = ec2.add(allocated_for=LIVE, allocated_at=T0 - timedelta(days=2), pool=POOL)
+    ec2.eips[pooled].association_id = "eipassoc-left"
+
+    # When the sweeper runs, Then it is back in its pool
+    assert sweep(ec2, metrics).returned == 1
+    assert ec2.eips[pooled].association_id is None
+
+
+@pytest.mark.parametrize(
+    "failure",
+    [TransientError("RequestLimitExceeded"), AddressRefused("UnauthorizedOperation")],
+    ids=["throttled", "denied"],
+)
+def test_an_interface_lookup_ec2_fails_keeps_the_addresses_on_interfaces_and_fails_the_sweep(
+    ec2: FakeAddresses, metrics: FakeMetrics, failure: Exception
+) -> None:
+    # Given a leaked address and a pool address on an interface no instance holds, and EC2 failing the sweep's
+    # DescribeNetworkInterfaces
+    old = T0 - GRACE - timedelta(seconds=1)
+    leaked = ec2.add(allocated_for="i-crashed", allocated_at=old)
+    pooled = ec2.add(allocated_for="i-crashed", allocated_at=old, pool=POOL)
+    ec2.eips[pooled].association_id = "eipassoc-eni"
+    ec2.faults["left_behind"].append(failure)
+
+    # When the sweeper runs, Then the leak is released, the pool address kept (nothing says whose interface it is
+    # on), and the sweep fails (its alarm)
+    with pytest.raises(SweepFailed, match="did not tell the addresses' network interfaces"):
+        sweep(ec2, metrics)
+    assert leaked not in ec2.eips
+    assert ec2.eips[pooled].association_id == "eipassoc-eni"
+    assert metrics.counts["EipFailures"] == 1

@@ -52,6 +52,9 @@ _INSTANCE_UNAVAILABLE = (
 # interface (a pending instance waits: it will run; one shutting down or terminated is gone)
 _TAKES_AN_ADDRESS = frozenset({"running", "stopping", "stopped"})
 
+# EC2 takes at most 200 values in one filter (DescribeNetworkInterfaces: "the maximum number of values per filter")
+_FILTER_VALUES = 200
+
 
 class Ec2Addresses:
     def __init__(self, ec2: EC2Client | None = None) -> None:
@@ -251,6 +254,31 @@ class Ec2Addresses:
         with _answers({}):
             return Ec2Instances(self._ec2()).states(instance_ids)
 
+    def left_behind(self, interface_ids: Collection[str]) -> set[str]:
+        # (filtered by id rather than named: NetworkInterfaceIds fails the whole call for one interface gone)
+        ids = sorted(set(interface_ids))
+        left: set[str] = set()
+        for start in range(0, len(ids), _FILTER_VALUES):
+            pages: dict[str, Any] = {}
+            while True:
+                with _answers({}), transient_errors("describing network interfaces"):
+                    found = self._ec2().describe_network_interfaces(
+                        Filters=[
+                            {"Name": "network-interface-id", "Values": ids[start : start + _FILTER_VALUES]}
+                        ],
+                        **pages,
+                    )
+                left |= {
+                    str(interface["NetworkInterfaceId"])
+                    for interface in found.get("NetworkInterfaces", [])
+                    if _left_behind(interface)
+                }
+                token = found.get("NextToken")
+                if not token:
+                    break
+                pages = {"NextToken": token}
+        return left
+
     def launched_at(self, instance_id: str) -> datetime | None:
         with _answers({}):
             found = next(iter(Ec2Instances(self._ec2()).describe([instance_id])), None)
@@ -305,6 +333,12 @@ def _unless_gone(gone: _Gone) -> Iterator[None]:
         raise
 
 
+def _left_behind(interface: Mapping[str, Any]) -> bool:
+    """A network interface no instance holds (``available``: detached) and no AWS service manages (a NAT gateway's
+    is requester-managed and ``in-use``; one a service detached and did not delete is requester-managed still)."""
+    return interface.get("Status") == "available" and not interface.get("RequesterManaged", False)
+
+
 def _filter(name: str, value: str) -> FilterTypeDef:
     return {"Name": name, "Values": [value]}
 
@@ -315,5 +349,6 @@ def _address(item: Mapping[str, Any]) -> Address:
         public_ip=item["PublicIp"],
         association_id=item.get("AssociationId") or None,
         instance_id=item.get("InstanceId") or None,
+        interface_id=item.get("NetworkInterfaceId") or None,
         tags={tag["Key"]: tag.get("Value", "") for tag in item.get("Tags", [])},
     )

@@ -79,6 +79,9 @@ class Address:
     association_id: str | None = None
     instance_id: str | None = None  # None when unassociated, or associated with a bare network interface
     tags: Mapping[str, str] = field(default_factory=dict)
+    interface_id: str | None = (
+        None  # the network interface it is associated with (an instance's too); None: none
+    )
 
     @property
     def associated(self) -> bool:
@@ -174,6 +177,13 @@ class Addresses(Protocol):
     def instance_states(self, instance_ids: Collection[str]) -> dict[str, str]:
         """EC2 states (``pending``, ``running``, ``terminated``...) of those instances that EC2 knows; an id
         missing from the answer does not exist (any more). Batched: calls grow with pages, not with ids."""
+        ...
+
+    def left_behind(self, interface_ids: Collection[str]) -> set[str]:
+        """Those of the network interfaces that no instance holds and no AWS service manages: detached (an
+        instance's that outlived it, ``DeleteOnTermination`` off), not a NAT gateway's, a load balancer's, a Lambda
+        function's... (requester-managed: their addresses are that service's to disassociate, EC2 refuses anyone
+        else). An interface EC2 no longer has is not among them. Batched: calls grow with pages, not with ids."""
         ...
 
     def launched_at(self, instance_id: str) -> datetime | None:

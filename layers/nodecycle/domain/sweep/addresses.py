@@ -6,9 +6,14 @@ The rule, per address tagged ``nodecycle:owner=<this owner>`` (addresses of othe
   a new instance not listed yet, as EC2 ends a gone instance's associations itself): disassociate it
   (that association id only, so a newer association is never undone). A pool address is then back in its
   pool and done with; any other address is judged by the next rule.
-- Associated with a network interface and no instance, allocated for an instance that is gone: the
-  interface outlived its instance (``DeleteOnTermination`` off) and would hold the address for ever;
-  disassociated too, and judged as above.
+- Associated with a network interface that no instance holds and no AWS service manages (detached, not
+  requester-managed), allocated for an instance that is gone: the interface outlived its instance
+  (``DeleteOnTermination`` off) and would hold the address for ever; disassociated too, and judged as above. A pool
+  address on such an interface is disassociated whatever instance it was allocated for: its tag names the
+  instance that grew the pool, not the one that claimed it since, which may have gone without its release step
+  (the one that grew the pool may live on for ever: the address would be lost to the pool).
+- On the interface of a NAT gateway, a load balancer, any service's (requester-managed): that service's to
+  disassociate (EC2 answers anyone else ``AuthFailure``, at every sweep); left alone.
 - Associated otherwise (a live instance, another network interface): in use, left alone.
 - A pool address: never released; free is where it belongs.
 - Unassociated, allocated by nodecycle more than the sweep grace ago (``nodecycle:allocated-at``): released.
@@ -30,7 +35,8 @@ if it is still unassociated: an address associated since the listing (by hand, a
 
 Cost: one DescribeAddresses (it has no pages: one call answers for every address of the owner) and one
 batched DescribeInstances for the instances the addresses are associated with (or were allocated for, when
-on an interface alone); then, per address released,
+on an interface alone); when any is on an interface alone, one batched DescribeNetworkInterfaces for those
+interfaces; then, per address released,
 one DescribeAddresses by its allocation id; and, when it freed any, the wake-up of the first launches waiting
 in their lines (:mod:`nodecycle.domain.eip.wake`: a line read, a record read and a message per waiter woken).
 
@@ -98,6 +104,9 @@ class AddressSweep:
             address.allocated_for for address in found if _on_an_interface(address) and address.allocated_for
         }
         states, unknown = self._states(attached)
+        left, interfaces_unknown = self._left_behind(
+            {a.interface_id for a in found if _on_an_interface(a) and a.interface_id and not a.by_hand}
+        )
         released = returned = failed = unreached = 0
         freed_by: Counter[str | None] = Counter()  # by pool (None: released, room under the quota)
         to_pools: list[Address] = []  # (each offered to the launch woken for it: nodecycle.domain.eip.wake)
@@ -108,7 +117,7 @@ class AddressSweep:
                 unreached += 1
                 continue
             try:
-                freed = self._free(address, states, now)
+                freed = self._free(address, states, left, now)
             except (AddressRefused, TransientError) as error:
                 # One address EC2 will not let go (a denial on its tags, say), or throttles past the client's
                 # own retries, must not keep the others from being freed: counted, and the sweep fails once
@@ -136,17 +145,21 @@ class AddressSweep:
             report.kept,
             unreached,
         )
-        if failed or unknown:
-            self._metrics.count("EipFailures", failed + int(unknown))
+        if failed or unknown or interfaces_unknown:
+            self._metrics.count("EipFailures", failed + int(unknown) + int(interfaces_unknown))
         if unreached:
             raise time.cut_short(
                 f"{unreached} of {len(found)} addresses not judged, {failed} could not be freed"
             )
-        if failed or unknown:
+        if failed or unknown or interfaces_unknown:
             told = [f"EC2 refused to free {failed} addresses, or did not answer"] if failed else []
             if unknown:  # (the lookup alone may have failed: then no address was refused)
                 told.append(
                     "EC2 did not tell the states of the addresses' instances: the associated ones not judged"
+                )
+            if interfaces_unknown:
+                told.append(
+                    "EC2 did not tell the addresses' network interfaces: those on an interface alone not judged"
                 )
             raise SweepFailed("; ".join(told) + " (the others were swept)")
         return report
@@ -164,7 +177,21 @@ class AddressSweep:
             log.error("EC2 refused to describe the addresses' instances, or did not answer: %s", error)
             return {}, True
 
-    def _free(self, address: Address, states: dict[str, str], now: datetime) -> str | None:
+    def _left_behind(self, interface_ids: set[str]) -> tuple[set[str], bool]:
+        """Those of the interfaces that no instance holds and no service manages (an instance left them behind);
+        and True when EC2 refused to tell, or did not answer: then none is, and the addresses on them are kept
+        (a NAT gateway's address must never be taken for a leftover's)."""
+        if not interface_ids:
+            return set(), False
+        try:
+            return self._addresses.left_behind(interface_ids), False
+        except (AddressRefused, TransientError) as error:
+            log.error(
+                "EC2 refused to describe the addresses' network interfaces, or did not answer: %s", error
+            )
+            return set(), True
+
+    def _free(self, address: Address, states: dict[str, str], left: set[str], now: datetime) -> str | None:
         """What became of one address: ``released``, ``returned`` (to its pool), or None (kept)."""
         if address.by_hand:
             # Neither released nor disassociated, even from a gone instance's interface that outlived it (a
@@ -175,7 +202,9 @@ class AddressSweep:
             )
             return None
         if address.association_id is not None:
-            if not (_on_gone_instance(address, states) or self._left_on_an_interface(address, states, now)):
+            if not (
+                _on_gone_instance(address, states) or self._left_on_an_interface(address, states, left, now)
+            ):
                 return None
             # (False: the association ended since the listing, the terminate's own release step came first; a
             # pool address may be claimed again already: not this sweep's return)
@@ -193,12 +222,19 @@ class AddressSweep:
             return "released"
         return None
 
-    def _left_on_an_interface(self, address: Address, states: dict[str, str], now: datetime) -> bool:
-        """An address on a network interface with no instance, allocated for an instance that is gone: the
-        interface outlived it (``DeleteOnTermination`` off), and would hold the address for ever. An instance
-        EC2 no longer lists is gone too, once the address is older than the grace (a terminated one is
-        listed for about an hour; a new one may not be listed yet)."""
-        if not _on_an_interface(address) or address.allocated_for is None:
+    def _left_on_an_interface(
+        self, address: Address, states: dict[str, str], left: set[str], now: datetime
+    ) -> bool:
+        """An address on a network interface left behind (no instance holds it, no service manages it), allocated
+        for an instance that is gone: the interface outlived it (``DeleteOnTermination`` off), and would hold the
+        address for ever. An instance EC2 no longer lists is gone too, once the address is older than the grace
+        (a terminated one is listed for about an hour; a new one may not be listed yet). A pool address on such an
+        interface whatever it was allocated for: its tag names the instance that grew the pool, not its claimer."""
+        if not _on_an_interface(address) or address.interface_id not in left:
+            return False
+        if address.pool is not None:
+            return True
+        if address.allocated_for is None:
             return False
         state = states.get(address.allocated_for)
         return state in GONE_STATES or (state is None and self._expired(address, now))
