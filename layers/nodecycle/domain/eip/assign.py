@@ -177,6 +177,9 @@ class AssignAddress:
         )
         # The addresses the line told refused at this look (see _claim): one associated is told so no more
         self._told_refused: frozenset[str] = frozenset()
+        # The address this call allocated (as the scratch remembers it), for a refusal that ends the call to keep:
+        # see _remember
+        self._allocation: dict[str, Any] | None = None
         # Wakes the first launches waiting in a line when this one leaves it without an address, or releases
         # spares under the quota (see nodecycle.domain.eip.wake); None: they find out at their own looks
         self._waker = waker
@@ -184,6 +187,7 @@ class AssignAddress:
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         scratch: dict[str, Any] = dict(record.extra.get(SCRATCH) or {})
         self._told_refused = frozenset()  # (until this call's look reads them)
+        self._allocation = None
         try:
             if self._mode is EipMode.OFF:
                 # The plan was made while EIPs were on; the stack has turned them off since.
@@ -208,6 +212,10 @@ class AssignAddress:
             # A denial or a subnet without an internet gateway: asked again a few times, minutes apart (a
             # denial may be IAM still propagating after a stack update), then the policy decides, not the
             # global timeout hours on. An address allocated before the refusal is the sweeper's.
+            if self._allocation is not None:
+                # (refused after this call allocated: the wait keeps the allocation, which the next look takes;
+                # forgotten, that look would allocate again while EC2 does not list the first one yet)
+                scratch = {**scratch, "allocated": self._allocation}
             refused = int(scratch.get("refused", 0))
             onward = int(scratch.get("refused_onward", 0))  # (looks that went on past addresses refused)
             reason = f"EC2 refused: {error}"
@@ -310,7 +318,7 @@ class AssignAddress:
                 )
                 # Another delivery of this message may be allocating at this very moment: looking again lets
                 # both converge on the lowest allocation id; the spare is released once one holds.
-                scratch = _allocated(scratch, allocated)
+                scratch = self._remember(scratch, allocated)
                 try:
                     again = self._addresses.find(self._owner, allocated_for=instance)
                 except TransientError as error:
@@ -470,7 +478,7 @@ class AssignAddress:
         self._metrics.count("EipsAllocated")
         log.info("address pool %r is empty: allocated %s into it", self._pool, allocated.public_ip)
         outcome = self._take_first(
-            record, now, _allocated(scratch, allocated), [allocated], [*found, allocated]
+            record, now, self._remember(scratch, allocated), [allocated], [*found, allocated]
         )
         if outcome is not None:
             return outcome
@@ -918,6 +926,18 @@ class AssignAddress:
                 refusal.untried = 1  # (the address the pool grows by past them, at the next look)
             raise refusal
         return None
+
+    def _remember(self, scratch: dict[str, Any], allocated: Address) -> dict[str, Any]:
+        """The scratch remembering the address this call allocated; remembered for this call's refusal too.
+
+        Only the scratch remembers the allocation, and the scratch a refusal's wait commits is the one the call
+        started with: an association refused right after the allocation (a denial still propagating, a subnet
+        without an internet gateway) would leave the next look, 15 s on, to allocate again while EC2 does not list
+        the first address yet (its reads lag its writes): two addresses for the instance, one of them unassociated
+        until the sweeper's grace, or a pool that grows when empty grown by two, for good."""
+        scratch = _allocated(scratch, allocated)
+        self._allocation = scratch["allocated"]
+        return scratch
 
     def _keeping_the_allocation(
         self, record: LifecycleRecord, scratch: dict[str, Any], error: TransientError, what: str
