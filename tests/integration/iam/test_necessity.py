@@ -163,6 +163,8 @@ MAYBE_EXERCISED = {
         (
             "SweeperFunctionRole/sweeper:InterfaceSide",
             "SweeperFunctionRole/sweeper:OwnedAddresses ec2:DisassociateAddress",
+            # (whose interface an address alone is on: a NAT gateway's is not the sweep's to disassociate)
+            "SweeperFunctionRole/sweeper:DescribeInterfaces",
         ),
         LEFT_ON_A_GONE_INSTANCE,
     ),
