@@ -128,6 +128,9 @@ def install() -> None:
         going = [nic for index, nic in self.nics.items() if index == 0 or nic.delete_on_termination]
         interfaces = list(self.nics.values())
         previous = original_terminate(self)
+        for nic in interfaces:
+            if nic not in going:
+                _detach(self, nic)
         with _LOCK:
             for address in self.ec2_backend.addresses:
                 if address.instance is not self and address.eni not in interfaces:
@@ -289,6 +292,18 @@ def install() -> None:
     ElasticAddressBackend.associate_address = associate_address  # type: ignore[method-assign]
     ElasticAddressBackend.release_address = release_address  # type: ignore[method-assign]
     setattr(ElasticAddressBackend, _MARKER, True)
+
+
+def _detach(instance: Instance, interface: Any) -> None:
+    """An interface that outlives its terminated instance, detached as EC2 detaches it: ``available`` to another
+    instance, with no attachment (moto kept it ``in-use``, attached to the terminated instance, so a caller asking
+    whether an interface was left behind by its instance could never be told so)."""
+    instance.nics.pop(interface.device_index, None)
+    interface.instance = None
+    interface.attachment_id = None
+    interface.attach_time = None
+    interface.device_index = None
+    interface.status = "available"
 
 
 def _reaches_the_internet(ec2_backend: Any, vpc_id: str) -> bool:

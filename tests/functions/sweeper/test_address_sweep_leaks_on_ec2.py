@@ -13,6 +13,7 @@ from nodecycle.domain.ports.addresses import ALLOCATED_AT_TAG, INSTANCE_TAG, OWN
 from nodecycle.wiring import sweeper
 from nodecycle.wiring.eip import address_sweep
 from nodecycle_sandbox.aws import ec2_addresses_managed
+from nodecycle_sandbox.aws.install import install
 from tests.functions.eip.conftest import AwsLikeEc2, addresses, allocate, ec2, run_instances
 from tests.functions.eip.test_address_sweep_on_ec2 import shutting_down
 from tests.support.stack import Stack
@@ -186,3 +187,43 @@ def test_a_pool_address_left_on_the_interface_of_its_claimer_is_returned_though_
     # long as the instance that grew the pool lived, lost to the pool)
     assert sweep() == (0, 1)
     assert state() == {pooled: None}
+
+
+def test_addresses_left_on_the_second_interface_of_a_terminated_instance_are_freed(
+    stack: Stack, ec2: AwsLikeEc2
+) -> None:
+    # Given an instance gone without its release step, whose second interface (not deleted on termination) holds
+    # an address allocated for it and, on another private IP, a pool address grown for an instance that lives
+    install()  # (EC2's termination: the interface that outlives its instance detached)
+    grower, gone = run_instances(2)
+    client = boto3.client("ec2")
+    (described,) = client.describe_instances(InstanceIds=[gone])["Reservations"][0]["Instances"]
+    second = client.create_network_interface(
+        SubnetId=described["SubnetId"], SecondaryPrivateIpAddressCount=1
+    )["NetworkInterface"]
+    interface = second["NetworkInterfaceId"]
+    attached = client.attach_network_interface(NetworkInterfaceId=interface, InstanceId=gone, DeviceIndex=1)
+    client.modify_network_interface_attribute(
+        NetworkInterfaceId=interface,
+        Attachment={"AttachmentId": attached["AttachmentId"], "DeleteOnTermination": False},
+    )
+    days_ago = stamp(timedelta(days=2))
+    allocated = allocate(**{OWNER_TAG: OWNER, INSTANCE_TAG: gone, ALLOCATED_AT_TAG: days_ago})
+    pooled = allocate(**{OWNER_TAG: OWNER, POOL_TAG: "ci", INSTANCE_TAG: grower, ALLOCATED_AT_TAG: days_ago})
+    primary_ip, other_ip = [ip["PrivateIpAddress"] for ip in second["PrivateIpAddresses"]]
+    for allocation, ip in ((allocated, primary_ip), (pooled, other_ip)):
+        ec2.moto.associate_address(
+            AllocationId=allocation,
+            NetworkInterfaceId=interface,
+            PrivateIpAddress=ip,
+            AllowReassociation=False,
+        )
+    client.terminate_instances(InstanceIds=[gone])
+
+    # When the sweeper runs, and again (EC2 refuses a release until its disassociation has settled)
+    first = sweep()
+    second_sweep = sweep()
+
+    # Then the address allocated for the gone instance is released, and the pool's is back in its pool
+    assert state() == {pooled: None}
+    assert (first[0] + second_sweep[0], first[1] + second_sweep[1]) == (1, 1)

@@ -197,3 +197,17 @@ def test_a_terminated_instance_leaves_no_instance_on_the_address_of_an_interface
     kept = _described(ec2, on_second)
     assert (kept["NetworkInterfaceId"], kept.get("InstanceId")) == (second, None)
     assert _found(ec2, instance_id=instance) == []
+
+
+def test_an_interface_that_outlives_its_terminated_instance_is_detached_and_available(ec2: Any) -> None:
+    # Given an instance with a second interface that is not deleted on termination
+    instance, _, second = _two_interfaces(ec2, secondary_deleted_on_termination=False)
+
+    # When the instance is terminated
+    ec2.terminate_instances(InstanceIds=[instance])
+
+    # Then the interface is detached, available to another instance (moto kept it in use, attached to the
+    # terminated instance)
+    (described,) = ec2.describe_network_interfaces(NetworkInterfaceIds=[second])["NetworkInterfaces"]
+    assert described["Status"] == "available"
+    assert "Attachment" not in described
