@@ -97,7 +97,8 @@ def test_a_slot_whose_node_the_watch_cache_does_not_show_yet_is_not_swept(
 def test_the_slots_of_nodes_that_are_gone_are_swept_all_the_same(
     server: KubeServer, core: client.CoreV1Api, gone: int
 ) -> None:
-    # Given slots on nodes that were deleted since (their drains' releases lost), their lifecycles open
+    # Given slots on nodes that were deleted since, their lifecycles over (their releases lost) though the sweep's
+    # snapshot of the open ones (an index that lags) still has them
     server.add_access_entries([AccessEntry(SWEEPER_ROLE, ("nodecycle-sweeper",))])
     server.map_role(SWEEPER_KEY, SWEEPER_ROLE, "nodecycle-SweeperFunction")
     add_nodes(server, gone + 1)
@@ -118,15 +119,15 @@ def test_the_slots_of_nodes_that_are_gone_are_swept_all_the_same(
                 owner="blue",
             )
         )
-        records.create(drains[-1])
+        records.create(drains[-1].model_copy(update={"step": Step.DONE}))
         admin_api(server).delete_node(node_name(i))
     server.reset_counters()
 
     # When the sweeper sweeps the budget
     counts = sweep_budget(server, blue, records, drains, clock)
 
-    # Then their slots are swept, the nodes missing from the list read again one by one, or, more than a few, in one
-    # more list
+    # Then their slots are swept (their records read again, their nodes missing), the nodes missing from the list
+    # read again one by one, or, more than a few, in one more list
     assert counts == {"SweptHolders": gone, "SweptWaiters": 0}
     assert blue.snapshot().holders == []
     assert server.counters()[("list", "nodes")] == 1 + (gone if gone <= NODES_READ_ONE_BY_ONE else 1)

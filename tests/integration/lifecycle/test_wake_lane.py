@@ -59,7 +59,11 @@ def test_a_waiter_woken_by_a_freed_slot_is_cordoned_while_the_drain_function_tak
         sandbox.runner.set_sources_enabled("DrainFunction", False)
         paused_at = sandbox.runner.journal.invocations()[-1].finished_at
 
-        # When the holder's node goes, and the sweeper frees its slot and wakes the waiter
+        # When the holder's instance goes (ended in EC2 by hand), its node with it as the cloud controller deletes
+        # it, and the sweeper frees its slot and wakes the waiter. (A node deleted while its instance runs would
+        # not do: its pods stay bound to its name, the PodDisruptionBudget's pod with them, and its drain still
+        # evicts them under its slot.)
+        sandbox.client("ec2").terminate_instances(InstanceIds=[holder])
         sandbox.kube.remove_node(holder_node)
         sandbox.runner.fire_schedule("SweeperFunction")
 

@@ -582,8 +582,11 @@ class FakeBudget:
         return SweepResult(holders=removed, waiters=(), wake=self.wake)
 
 
-def test_budget_entries_of_gone_nodes_gone_instances_and_finished_lifecycles_are_stale() -> None:
-    # Given four holders: a live one, one whose node is gone, one whose instance is gone, one whose record closed
+def test_budget_entries_of_gone_instances_and_finished_lifecycles_are_stale_not_of_a_gone_node_alone() -> (
+    None
+):
+    # Given four holders: a live one, one whose node is gone (its lifecycle open: a node object deleted under its
+    # running instance, whose pods its drain evicts), one whose instance is gone, one whose record is gone
     live = make_record(PLAN, Step.EVICT, id="i-1/terminate/a", instance_id="i-1")
     no_node = make_record(PLAN, Step.EVICT, id="i-2/terminate/b", instance_id="i-2")
     no_instance = make_record(PLAN, Step.EVICT, id="i-3/terminate/c", instance_id="i-3")
@@ -598,6 +601,7 @@ def test_budget_entries_of_gone_nodes_gone_instances_and_finished_lifecycles_are
     )
     records, queues = InMemoryRecords(), RecordingQueues()
     records.create(make_record(PLAN, Step.ACQUIRE_SLOT, id="i-9/terminate/w", slot_waiting_since=T0))
+    records.create(no_node)
     alive = AliveInstances({"i-1", "i-2"})
 
     part = StaleBudgetEntries(
@@ -611,11 +615,11 @@ def test_budget_entries_of_gone_nodes_gone_instances_and_finished_lifecycles_are
     # When the sweeper judges them
     counts = part([live, no_node, no_instance], T0, AMPLE)
 
-    # Then only the live holder stays, the entries' instances were checked in one batch, and the eligible
-    # waiter is woken
-    assert budget.judged == {"n1": False, "n2": True, "n3": True, "n4": True}
+    # Then the live holder stays, and so does the one whose node is gone (its record, read again, open), the
+    # entries' instances were checked in one batch, and the eligible waiter is woken
+    assert budget.judged == {"n1": False, "n2": False, "n3": True, "n4": True}
     assert alive.asked == [{"i-1", "i-2", "i-3", "i-4"}]
-    assert counts["SweptHolders"] == 3
+    assert counts["SweptHolders"] == 2
     assert [s.message.record_id for s in queues.take()] == ["i-9/terminate/w"]
 
 

@@ -4,7 +4,8 @@
 count, and every writer removes them (of every owner) before it decides anything; it wakes the waiters of its
 owner that take the room their removal added, as a release does, and no more (a wake only comes sooner than
 the waiter's own retry; the room of a waiter eligible before the write is that waiter's, woken already). The
-sweeper removes also its own entries whose node or instance is gone or whose lifecycle record is finished.
+sweeper removes also its own entries whose instance is gone or whose lifecycle record is finished (a node gone is
+not a drain over: see :mod:`nodecycle.domain.sweep.budget_entries`).
 
 **Passing slots on.** A write that makes waiters of its own owner eligible (a release, the removal of expired
 entries, the sweeper's) grants them their slots itself, in the replay's order (:func:`pass_on`), and wakes

@@ -1,5 +1,5 @@
-"""The sweep of the disruption budget: this owner's entries whose node or instance is gone, or whose
-lifecycle is over."""
+"""The sweep of the disruption budget: this owner's entries whose instance is gone, or whose lifecycle is over
+(a node gone is read as a reason to read its lifecycle again, not as a drain over)."""
 
 from __future__ import annotations
 
@@ -19,7 +19,8 @@ log = logging.getLogger(__name__)
 
 
 class StaleBudgetEntries:
-    """Budget entries of this owner whose node or instance is gone, or whose lifecycle is over."""
+    """Budget entries of this owner whose instance is gone, or whose lifecycle is over (its record read again when
+    its node is missing)."""
 
     def __init__(
         self,
@@ -62,13 +63,22 @@ class StaleBudgetEntries:
             doomed: set[str] = set()
             unsure: set[str] = set()
             for entry in entries:
-                # What is known gone is gone, whichever source tells it; one that could not be asked tells
-                # nothing, and the entry is judged by the others (its lifecycle's record last)
-                if (nodes is not None and entry.node not in nodes) or (
-                    alive is not None and entry.instance_id not in alive
-                ):
+                # An instance known gone is gone, whatever else tells it; a source that could not be asked tells
+                # nothing, and the entry is judged by the others (its lifecycle's record last). A node missing
+                # is not a drain over: a Node object deleted while its instance runs (kubectl delete node) leaves
+                # its pods bound to its name, running until the pod garbage collector force-deletes them (40 s
+                # later), and its drain evicts them under this slot (drain/orphans.py). Freed, the slot went to
+                # the next node while they were evicted (invariant 1). Its lifecycle's record is read again
+                # instead (the snapshot may lag behind its end): swept when over; else its drain, which finds
+                # the node gone at its next poll, releases it (or its TTL ends it, for a drain that stalled).
+                node_missing = nodes is not None and entry.node not in nodes
+                if alive is not None and entry.instance_id not in alive:
                     doomed.add(entry.record_id)  # (no record read needed)
-                elif entry.record_id in open_ids and entry.token in (None, open_ids[entry.record_id]):
+                elif (
+                    not node_missing
+                    and entry.record_id in open_ids
+                    and entry.token in (None, open_ids[entry.record_id])
+                ):
                     continue  # (an entry of no token: written before entries carried one, not told apart)
                 elif not time.enough():
                     unjudged += 1
@@ -109,11 +119,12 @@ class StaleBudgetEntries:
 
     def _nodes(self, entries: Sequence[Holder | Waiter], unasked: list[str]) -> set[str] | None:
         """The nodes, as far as the entries' are concerned (None: not known). A node missing from the list is read
-        again before its entry is judged gone: the Kubernetes adapter lists the nodes with resourceVersion=0, from
+        again before its entry's lifecycle is: the Kubernetes adapter lists the nodes with resourceVersion=0, from
         the API server's watch cache, which may lag behind etcd (seconds under load) and miss a node registered
-        moments before its drain took a slot; judged gone, that slot was freed while its drain evicted, and granted
-        to the next node (invariant 1). The lifecycles' records are read again so (lifecycle_over), for the index's
-        lag. Unread, the missing nodes tell nothing: the entries are judged without the nodes."""
+        moments before its drain took a slot. (Judged gone by the list alone, that slot was freed while its drain
+        evicted, and granted to the next node: invariant 1.) The lifecycles' records are read again so
+        (lifecycle_over), for the index's lag. Unread, the missing nodes tell nothing: the entries are judged
+        without the nodes."""
         listed = self._asked("list the nodes", self._node_names, unasked)
         if listed is None or self._nodes_now is None:
             return listed

@@ -8,8 +8,8 @@ lifecycles:
   queue is stuck;
 - :mod:`.orphans`: actions of this stack's hooks that hold an instance with no record (their event was
   dead-lettered or never delivered) are kept alive, then adopted through intake's path;
-- :mod:`.budget_entries`: budget holders and waiters whose node or instance is gone, or whose lifecycle is
-  over, are removed;
+- :mod:`.budget_entries`: budget holders and waiters whose instance is gone, or whose lifecycle is over (read
+  again when their node is gone), are removed;
 - :mod:`.annotations`: nodes left with this owner's annotations by a lifecycle that is over get them cleared;
 - :mod:`.addresses`: addresses left unassociated past the sweep grace are released.
 
