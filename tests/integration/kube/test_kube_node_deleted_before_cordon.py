@@ -10,9 +10,11 @@ from __future__ import annotations
 from datetime import timedelta
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
+from nodecycle.adapters.kube.eks_access import EksCluster
 from nodecycle.domain.drain.acquire import AcquireSlot
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.nodes import NodeFinder
+from nodecycle.domain.ports.cluster import Claim, NodeInfo
 from nodecycle.domain.ports.instances import Instances
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube.cluster import evict_step
@@ -177,3 +179,51 @@ def test_a_node_registered_again_after_its_deletion_spared_the_cordon_is_claimed
     assert node["spec"].get("unschedulable") is True
     assert claimed.changes["drain_deadline"] == DEADLINE
     assert "node_deleted_at_cordon" not in claimed.changes["extra"]
+
+
+class DeletedBeforeTheClaim(KubeCluster):
+    """The real adapter, the node object deleted (kubectl delete node, its instance running) between the cordon's
+    read of the node and its claim: the claim's PATCH answers 404."""
+
+    def __init__(self, server: KubeServer) -> None:
+        super().__init__(
+            EksCluster("sandbox").api_client
+        )  # (as drain_cluster builds it, within its EKS answers)
+        self._server = server
+
+    def claim_node(
+        self, node: NodeInfo, *, owner: str, in_progress: str, cordon: bool, exclude_from_lb: bool
+    ) -> Claim:
+        self._server.remove_node(node.name)
+        return super().claim_node(
+            node, owner=owner, in_progress=in_progress, cordon=cordon, exclude_from_lb=exclude_from_lb
+        )
+
+
+def test_a_node_object_deleted_between_the_cordons_read_and_its_claim_has_its_pods_evicted_not_settled(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a drain granted its slot, and its node object deleted between the cordon's read of it and its claim
+    # (the PATCH answers 404), its instance running: its pods stay bound to the node's name
+    node = cluster.get_node(NODE)
+    assert node is not None
+    pods = web_pods(cluster)
+    slots = FakeSlots(holders=[NODE])
+    record = draining(Step.CORDON, node_uid=node.uid, zone=ZONE)
+
+    # When the cordon comes
+    outcome = cordon(DeletedBeforeTheClaim(server), slots=slots)(record, T0)
+
+    # Then it goes on to the eviction, nothing cordoned, rather than settling the action (completed, the instance
+    # terminated under those pods)
+    assert (outcome.then, outcome.again) == (None, False), outcome
+    assert (outcome.changes["drain_started_at"], outcome.changes["drain_deadline"]) == (T0, DEADLINE)
+    assert pods_bound(server)
+    evicting = record.model_copy(update={"step": Step.EVICT, **outcome.changes})
+    polled = evict_step(cluster, NODE, INSTANCE, slots=slots)(evicting, T0)
+    assert all(on_its_way_out(server, pod) for pod in pods)
+    assert polled.again
+
+
+def pods_bound(server: KubeServer) -> bool:
+    return any(pod["spec"].get("nodeName") == NODE for pod in server.objects("pods", "shop"))

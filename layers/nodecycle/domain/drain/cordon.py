@@ -351,6 +351,17 @@ class Cordon:
             conflict = Failure("the node changed between its read and the PATCH (HTTP 409 Conflict)")
             return self._failing(record, node.name, node.uid, conflict, started, deadline, answered, found)
         if claim is Claim.GONE:
+            # (deleted between the read and the claim: its pods, still bound to its name, as at the read above)
+            try:
+                orphaned = (
+                    record.node == node.name
+                    and Step.EVICT in record.plan
+                    and deleted_node(self._cluster, record, (node.name,), now) is not None
+                )
+            except (TransientError, Refused) as error:
+                return self._unread(record, error, now)
+            if orphaned:
+                return self._nothing_to_cordon(record, now)
             return Outcome.goto(settle_step(record), outcome="node-gone")
         log.info("cordoned node %s", node.name)
         # (the node as the slot's ask read it is not the node any more: the eviction's first poll reads it whole)
