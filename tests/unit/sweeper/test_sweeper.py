@@ -865,9 +865,36 @@ def test_sweeps_cut_short_by_their_timeout_keep_every_stalled_action_alive_most_
         assert repair.autoscaling.expires_at(record.token) > repair.clock.now(), record.token
 
 
+def test_a_budget_entry_whose_node_is_gone_is_kept_when_its_lifecycle_cannot_be_read_again() -> None:
+    # Given a holder of an open lifecycle whose node is missing (deleted while its instance runs: its drain may
+    # still evict the pods bound to its name), and DynamoDB that will not read its record again
+    record = make_record(PLAN, Step.EVICT, id="i-1/terminate/a", instance_id="i-1")
+    budget = FakeBudget([entry("n1", record.id, "i-1")])
+    records = InMemoryRecords()
+    records.create(record)
+
+    def throttled(record_id: str) -> LifecycleRecord | None:
+        raise TransientError("reading a lifecycle record: ProvisionedThroughputExceededException")
+
+    records.get = throttled  # type: ignore[method-assign]
+    part = StaleBudgetEntries(
+        budget=budget,
+        records=records,
+        node_names=set,
+        alive_instances=AliveInstances({"i-1"}),
+        waker=Dispatcher(records=records, queues=RecordingQueues(), clock=FakeClock(), metrics=FakeMetrics()),
+    )
+
+    # When the sweeper judges it, Then it is kept (its node gone is no drain over), and the part fails saying so
+    with pytest.raises(SweepFailed, match="1 budget entries"):
+        part([record], T0, AMPLE)
+    assert budget.judged == {"n1": False}
+
+
 def test_a_budget_entry_whose_lifecycle_cannot_be_read_does_not_keep_the_other_stale_entries() -> None:
     # Given three holders not in the sweep's list of open lifecycles: one whose record DynamoDB will not
-    # read (throttled past the client's retries), one whose lifecycle is over, and one whose node is gone
+    # read (throttled past the client's retries), one whose lifecycle is over, and one whose node is gone with its
+    # record (expired from the table: its lifecycle long over)
     records = InMemoryRecords()
     records.create(make_record(PLAN, Step.DONE, id="i-2/terminate/b", instance_id="i-2"))
     budget = FakeBudget(
