@@ -12,6 +12,7 @@ from nodecycle.domain.model import Step
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube.test_kube_drain_steps import INSTANCE, NODE, evict, on_its_way_out, web_pods
 from tests.integration.kube.test_kube_drain_steps import SEED as DRAIN_STEPS_SEED
+from tests.support.fakes import FakeMetrics
 from tests.unit.drain.test_drain_steps import terminating
 
 QUARANTINE = 600.0  # longer than any test: the orphans stay until a test ends the quarantine
@@ -63,3 +64,36 @@ def test_a_drain_whose_node_object_is_deleted_under_running_pods_evicts_them_bef
     later = max(at for at in leaving if at is not None) + timedelta(seconds=1)
     settled = step(record, later)
     assert (settled.then, settled.changes["outcome"]) == (Step.COMPLETE, "node-gone")
+
+
+def test_a_drain_whose_deleted_nodes_pods_are_still_bound_at_its_deadline_applies_its_timeout_policy(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a drain whose node object was deleted while its instance runs, its pods still bound to the node's name
+    # and never asked to leave yet (their evictions refused so far: a PodDisruptionBudget), at its drain deadline
+    node = cluster.get_node(NODE)
+    assert node is not None
+    start = datetime.now(UTC)
+    record = terminating(
+        Step.EVICT,
+        id=f"{INSTANCE}/terminate/token",
+        instance_id=INSTANCE,
+        node=NODE,
+        node_uid=node.uid,
+        drain_started_at=start - timedelta(seconds=600),
+        drain_deadline=start,
+        extra={"polls": 1},
+    )
+    pods = web_pods(cluster)
+    server.remove_node(NODE)
+    metrics = FakeMetrics()
+
+    # When the drain polls at its deadline (the force policy, the settings' default)
+    outcome = evict(cluster, metrics)(record, start)
+
+    # Then the timeout policy acts as on a node that is there: the pods are deleted (their grace capped) and waited
+    # for, the timeout counted; not the action completed at once under them as if nothing were left (node-gone)
+    assert (outcome.then, outcome.again) == (None, True), outcome
+    assert all(on_its_way_out(server, pod) for pod in pods)
+    assert outcome.changes["forced_at"] == start
+    assert metrics.counts.get("DrainTimeouts") == 1

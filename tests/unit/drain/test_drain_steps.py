@@ -2615,7 +2615,8 @@ def test_a_drain_whose_node_object_is_gone_asks_the_pods_still_bound_to_it_to_le
     # Given a drain in progress whose node object was deleted under its pods, one of them under a
     # PodDisruptionBudget that allows no eviction
     cluster = FakeCluster(nodes={}, pods=[pod("web-1"), pod("db-0")], blocked={"db-0"})
-    step = evict(cluster)
+    metrics = FakeMetrics()
+    step = evict(cluster, metrics=metrics)
 
     # When it polls before its deadline, Then they are asked to leave (the one the budget allows goes) and it
     # waits for them
@@ -2623,9 +2624,28 @@ def test_a_drain_whose_node_object_is_gone_asks_the_pods_still_bound_to_it_to_le
     assert (waiting.then, waiting.again) == (None, True)
     assert [name for name, _ in cluster.evictions] == ["web-1"]
 
-    # When it polls at its deadline, the blocked pod still there, Then it settles: the garbage collector ends it
-    settled = step(draining(), T0 + timedelta(seconds=600))
-    assert (settled.then, settled.changes["outcome"]) == (Step.COMPLETE, "node-gone")
+    # When it polls at its deadline, the blocked pod still there, Then its timeout policy acts as on a node that
+    # is there (force, the default: the pod deleted, waited for), the timeout counted; not node-gone, the action
+    # completed under the pod
+    forcing = step(polled(), T0 + timedelta(seconds=600))
+    assert (forcing.then, forcing.again) == (None, True)
+    assert [name for name, _ in cluster.deletions] == ["db-0"]
+    assert metrics.counts["DrainTimeouts"] == 1
+
+
+def test_a_drain_whose_node_object_is_gone_goes_on_at_its_deadline_under_the_continue_policy() -> None:
+    # Given a drain whose node object was deleted under its pods, one a PodDisruptionBudget keeps, at its deadline
+    cluster = FakeCluster(nodes={}, pods=[pod("db-0")], blocked={"db-0"})
+    metrics = FakeMetrics()
+
+    # When it polls, its timeout policy continue, Then it goes on with the pod still there, the timeout counted
+    outcome = evict(cluster, metrics=metrics, timeout_policy="continue")(
+        polled(), T0 + timedelta(seconds=600)
+    )
+    assert (outcome.then, outcome.again) == (None, False)
+    assert outcome.changes["outcome"] == "drain-timeout-continued"
+    assert metrics.counts["DrainTimeouts"] == 1
+    assert cluster.deletions == []
 
 
 # (an instance EC2 does not list is not one down: see tests/integration/kube/test_drain_ec2_lag.py)

@@ -28,7 +28,7 @@ from nodecycle.domain.drain.common import (
     _until_deadline,
     _wake,
 )
-from nodecycle.domain.drain.orphans import NOTHING_CORDONED, still_bound
+from nodecycle.domain.drain.orphans import NOTHING_CORDONED, holding
 from nodecycle.domain.drain.pod_notes import BLOCKED, DELETION, FAILING, PodNotes
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import TransientError, retry_after_wait
@@ -737,7 +737,8 @@ class Evict:
             # the timeout policy, not the engine's retries until the global timeout: see _renewal_failing)
             raise _RenewalFailed(error) from error
         asked = podfilter.to_evict(pods)
-        if not still_bound(pods, now) or now >= deadline:
+        left = holding(pods, now)
+        if not left:
             log.warning("node %s of %s is gone: nothing left to drain there", node, record.instance_id)
             return Outcome.goto(settle_step(record), outcome="node-gone")
         # The usual way a node object goes is its instance's termination (the cloud controller deletes it):
@@ -770,6 +771,12 @@ class Evict:
         changes = (
             {} if record.drain_paused_at is None else {"drain_deadline": deadline, "drain_paused_at": None}
         )
+        if now >= deadline and int(record.extra.get(POLLS, 0)) > 0:
+            # Past its deadline, pods still held there (a PodDisruptionBudget refused their evictions): the timeout
+            # policy acts, as on a node that is there (every drain asks its pods to leave once, before any force).
+            # Settled as node-gone instead, the action was completed under them, the force never applied, the
+            # timeout never counted: they ran on until the instance's end, or podgc's force-delete.
+            return self._timed_out(record, now, left, **changes)
         return self._ask_to_leave(record, asked, self._grace_cap(deadline, now), deadline, now, **changes)
 
     def _tell(

@@ -25,13 +25,18 @@ from nodecycle.domain.ports.cluster import Cluster, NodeInfo, PodInfo
 NOTHING_CORDONED = "node_deleted_at_cordon"
 
 
-def still_bound(pods: list[PodInfo], now: datetime) -> bool:
-    """Whether ``pods``, those bound to the name of a node that is gone, hold a drain: one to ask to leave, or one on
-    its way out within its deletion's grace (the live kubelet of a running instance is stopping it)."""
+def holding(pods: list[PodInfo], now: datetime) -> list[PodInfo]:
+    """Those of ``pods``, bound to the name of a node that is gone, that hold a drain: those to ask to leave, and
+    those on their way out within their deletion's grace (the live kubelet of a running instance is stopping
+    them). One past its deletion's deadline has no kubelet to stop it: the pod garbage collector ends it."""
     left = podfilter.remaining(pods)
-    return bool(podfilter.to_evict(left)) or any(
-        pod.deletion_at is not None and now < pod.deletion_at for pod in left
-    )
+    asked = podfilter.to_evict(left)
+    return [pod for pod in left if pod in asked or (pod.deletion_at is not None and now < pod.deletion_at)]
+
+
+def still_bound(pods: list[PodInfo], now: datetime) -> bool:
+    """Whether ``pods``, those bound to the name of a node that is gone, hold a drain (see :func:`holding`)."""
+    return bool(holding(pods, now))
 
 
 def deleted_node(
