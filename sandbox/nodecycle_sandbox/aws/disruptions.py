@@ -324,12 +324,7 @@ class DisruptionEmulator:
         with self._lifecycle.lock:
             now = datetime.fromtimestamp(time.time(), tz=UTC)
             for instance_id in instance_ids:
-                instance = self._ec2.get_instance(instance_id)
-                events = list(getattr(instance, "events", None) or [])
-                pending = [e for e in events if not e["Description"].startswith(ENDED)]
-                if not pending:
-                    raise ValueError(f"Instance {instance_id} has no pending scheduled event")
-                first = min(pending, key=lambda e: e["NotBefore"])
+                instance, events, first = self._first_pending(instance_id)
                 if first["NotBefore"] <= now:
                     raise ValueError(
                         f"The scheduled event of {instance_id} has begun: it cannot be rescheduled"
@@ -342,15 +337,19 @@ class DisruptionEmulator:
                 }
                 instance.events = [moved if e is first else e for e in events]
 
+    def _first_pending(self, instance_id: str) -> tuple[Any, list[dict[str, Any]], dict[str, Any]]:
+        """The instance, its scheduled events, and the first of them not ended yet (ValueError: none is)."""
+        instance = self._ec2.get_instance(instance_id)
+        events = list(getattr(instance, "events", None) or [])
+        pending = [e for e in events if not e["Description"].startswith(ENDED)]
+        if not pending:
+            raise ValueError(f"Instance {instance_id} has no pending scheduled event")
+        return instance, events, min(pending, key=lambda e: e["NotBefore"])
+
     def end_maintenance(self, instance_ids: list[str], *, canceled: bool = False) -> None:
         with self._lifecycle.lock:
             for instance_id in instance_ids:
-                instance = self._ec2.get_instance(instance_id)
-                events = list(getattr(instance, "events", None) or [])
-                pending = [e for e in events if not e["Description"].startswith(ENDED)]
-                if not pending:
-                    raise ValueError(f"Instance {instance_id} has no pending scheduled event")
-                first = min(pending, key=lambda e: e["NotBefore"])
+                instance, events, first = self._first_pending(instance_id)
                 mark = "[Canceled]" if canceled else "[Completed]"
                 instance.events = [
                     {**e, "Description": f"{mark} {e['Description']}"} if e is first else e for e in events
