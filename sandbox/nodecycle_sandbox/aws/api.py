@@ -11,7 +11,7 @@ from typing import TYPE_CHECKING
 from moto.core.responses import ActionResult, EmptyResult
 
 from nodecycle_sandbox.aws.lifecycle import emulator_for
-from nodecycle_sandbox.aws.refresh import DEFAULT_MIN_HEALTHY_PERCENTAGE
+from nodecycle_sandbox.aws.refresh import DEFAULT_MIN_HEALTHY_PERCENTAGE, ROLLING
 from nodecycle_sandbox.aws.warm_pool import check_pool_state, pool_instances, pool_page
 
 if TYPE_CHECKING:
@@ -63,6 +63,7 @@ def start_instance_refresh(self: AutoScalingResponse) -> ActionResult:
         min_healthy_percentage=int(preferences.get("MinHealthyPercentage", DEFAULT_MIN_HEALTHY_PERCENTAGE)),
         # AWS falls back to the group's warm-up or grace period (often minutes); the sandbox to none.
         instance_warmup=float(preferences.get("InstanceWarmup", 0)),
+        strategy=self._get_param("Strategy") or ROLLING,
     )
     return ActionResult({"InstanceRefreshId": refresh.refresh_id})
 

@@ -159,7 +159,11 @@ class AutoScalingGroup:
             InstanceId=instance_id, ShouldDecrementDesiredCapacity=decrement
         )
 
-    def start_refresh(self, *, min_healthy_percentage: int = 90, instance_warmup: int = 0) -> str:
+    def start_refresh(
+        self, *, min_healthy_percentage: int = 90, instance_warmup: int = 0, strategy: str | None = None
+    ) -> str:
+        """``strategy``: StartInstanceRefresh's (Rolling when not given; ReplaceRootVolume replaces root volumes)."""
+        named = {} if strategy is None else {"Strategy": strategy}
         try:
             answer = self.autoscaling.start_instance_refresh(
                 AutoScalingGroupName=self.name,
@@ -167,6 +171,7 @@ class AutoScalingGroup:
                     "MinHealthyPercentage": min_healthy_percentage,
                     "InstanceWarmup": instance_warmup,
                 },
+                **named,
             )
         except ClientError as error:
             if error.response["Error"]["Code"] != "InstanceRefreshInProgress":

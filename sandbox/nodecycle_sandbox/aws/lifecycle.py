@@ -1,7 +1,9 @@
 """The lifecycle-hook state machine moto lacks, bound to one moto Auto Scaling backend.
 
 Instances of a group launch into `Pending:Wait` and leave through `Terminating:Wait` while a hook holds them
-(a group's warm pool, `warm_pool.py`, adds its own `Warmed:*` states and moves);
+(a group's warm pool, `warm_pool.py`, adds its own `Warmed:*` states and moves; an instance refresh that replaces
+root volumes holds an instance in `ReplacingRootVolume:Wait` under the terminating hooks, then in `Pending:Wait`
+under the launching ones);
 each hook gets a lifecycle action with a token that `CompleteLifecycleAction` (CONTINUE/ABANDON) or a timeout
 (the hook's default result) ends. Heartbeats push the heartbeat deadline but never past the global timeout.
 The emulator drives moto's own objects (`InstanceState.lifecycle_state`, the group's instance list, EC2
@@ -39,6 +41,7 @@ from nodecycle_sandbox.aws.records import (
     EC2,
     GROUP,
     LAUNCHING,
+    REPLACE_ROOT_VOLUME,
     RESULTS,
     TERMINATING,
     TRANSITIONS,
@@ -47,9 +50,9 @@ from nodecycle_sandbox.aws.records import (
     InstanceHistory,
     Notification,
 )
-from nodecycle_sandbox.aws.refresh import InstanceRefresh
+from nodecycle_sandbox.aws.refresh import ROLLING, InstanceRefresh
 from nodecycle_sandbox.aws.scheduler import Scheduler
-from nodecycle_sandbox.aws.warm_pool import WarmPoolEmulator, in_pool
+from nodecycle_sandbox.aws.warm_pool import WarmPoolEmulator, in_pool, warm_pool_of
 from nodecycle_sandbox.iam.resource_policies import service_may
 
 if TYPE_CHECKING:
@@ -57,8 +60,22 @@ if TYPE_CHECKING:
 
 _log = logging.getLogger(__name__)
 
-# States in which an instance counts toward the group's capacity (AWS: terminating and standby do not).
-_CAPACITY_STATES = frozenset({"Pending", "Pending:Wait", "Pending:Proceed", "InService"})
+# The states of an instance refresh's root volume replacement, before it is Pending:Wait under the launch hooks
+_REPLACING_ROOT_VOLUME = (
+    "ReplacingRootVolume",
+    "ReplacingRootVolume:Wait",
+    "ReplacingRootVolume:Proceed",
+    "RootVolumeReplaced",
+)
+# States in which an instance counts toward the group's capacity (AWS: terminating and standby do not; one whose
+# root volume is replaced stays the group's, which launches no other for it: "This removes the need to launch new
+# instances", "Replace root volumes during instance refresh", Amazon EC2 Auto Scaling user guide).
+_CAPACITY_STATES = frozenset(
+    {"Pending", "Pending:Wait", "Pending:Proceed", "InService", *_REPLACING_ROOT_VOLUME}
+)
+# How long an instance whose root volume is replaced is down: its kubelet gone from the replacement's start
+# (ReplacingRootVolume:Proceed) until it is back on the new volume (RootVolumeReplaced).
+ROOT_VOLUME_REBOOT_SECONDS = 1.0
 # AWS defaults and limits for hooks.
 DEFAULT_HEARTBEAT_TIMEOUT = 3600
 DEFAULT_GLOBAL_TIMEOUT_FACTOR = 100.0
@@ -345,15 +362,67 @@ class LifecycleEmulator:
         return instance_id in self._joined
 
     def enter(
-        self, group: FakeAutoScalingGroup, state: InstanceState, *, origin: str, destination: str
+        self,
+        group: FakeAutoScalingGroup,
+        state: InstanceState,
+        *,
+        origin: str,
+        destination: str,
+        action: str = "",
     ) -> None:
-        """The launch hooks' round of an instance going into the group or its warm pool."""
+        """The launch hooks' round of an instance going into the group or its warm pool (``action``: its events'
+        Action, for an instance back from its root volume replacement)."""
         hooks = self.hooks(group.name, LAUNCHING)
         if not hooks:
             self._launch_proceeds(group, state, destination)
             return
         state.lifecycle_state = "Warmed:Pending:Wait" if destination == WARM_POOL else "Pending:Wait"
-        self.start_round(group, state, hooks, origin=origin, destination=destination)
+        self.start_round(group, state, hooks, origin=origin, destination=destination, action=action)
+
+    # -- root volume replacement (an instance refresh's ReplaceRootVolume strategy) -----------------------
+
+    def replace_root_volume(self, group: FakeAutoScalingGroup, state: InstanceState) -> None:
+        """Replace the root volume of an instance in service, as an instance refresh with the ReplaceRootVolume
+        strategy does ("Replace root volumes during instance refresh", Amazon EC2 Auto Scaling user guide): the
+        instance goes ReplacingRootVolume, waits in ReplacingRootVolume:Wait while the group's *terminating* hooks
+        hold it (their events: EC2_INSTANCE_TERMINATING, Origin and Destination "AutoScalingGroup", Action
+        "ReplaceRootVolume"), then ReplacingRootVolume:Proceed (the instance reboots on its new volume: its
+        kubelet gone), RootVolumeReplaced, and Pending:Wait while the *launching* hooks hold it (the same Origin,
+        Destination and Action) before it is in service again. The same instance all along, with its network
+        interfaces and addresses; its node object stays, and whatever cordon was on it."""
+        with self.lock:
+            state.lifecycle_state = "ReplacingRootVolume"
+            hooks = self.hooks(group.name, TERMINATING)
+            if not hooks:
+                self._replace_root_volume_now(group, state)
+                return
+            state.lifecycle_state = "ReplacingRootVolume:Wait"
+            self.start_round(group, state, hooks, origin=GROUP, destination=GROUP, action=REPLACE_ROOT_VOLUME)
+
+    def _replace_root_volume_now(self, group: FakeAutoScalingGroup, state: InstanceState) -> None:
+        """The replacement itself: the instance reboots on its new root volume, whatever still ran on its node
+        killed with its kubelet; back ROOT_VOLUME_REBOOT_SECONDS later, through the launch hooks."""
+        instance_id = state.instance.id
+        state.lifecycle_state = "ReplacingRootVolume:Proceed"
+        history = self.instances.get(instance_id)
+        if history is not None:
+            history.root_volume_replaced_at.append(time.time())
+            if self.nodes is not None:
+                self.nodes.instance_rebooting(history.node_name)
+        back = functools.partial(self._root_volume_replaced, group.name, instance_id)
+        self.call_at(time.time() + ROOT_VOLUME_REBOOT_SECONDS, back)
+
+    def _root_volume_replaced(self, group_name: str, instance_id: str) -> None:
+        with self.lock:
+            found = self.find_state(instance_id)
+            if found is None or found[1].lifecycle_state != "ReplacingRootVolume:Proceed":
+                return  # (terminated meanwhile)
+            group, state = found
+            if group.name != group_name:
+                return
+            state.lifecycle_state = "RootVolumeReplaced"
+            self.instance_started(instance_id)
+            self.enter(group, state, origin=GROUP, destination=GROUP, action=REPLACE_ROOT_VOLUME)
 
     def _launch_proceeds(self, group: FakeAutoScalingGroup, state: InstanceState, destination: str) -> None:
         if destination == WARM_POOL:
@@ -517,15 +586,24 @@ class LifecycleEmulator:
         *,
         origin: str,
         destination: str,
+        action: str = "",
     ) -> None:
         """One action per hook of the transition; the instance moves on once all are over. A new round of the
-        same transition (an instance back from its warm pool) starts afresh."""
+        same transition (an instance back from its warm pool) starts afresh. ``action``: its events' Action
+        (REPLACE_ROOT_VOLUME), if any."""
         self._rounds[(state.instance.id, str(hooks[0].lifecycle_transition))] = []
         for hook in hooks:
-            self._start_action(group, state, hook, origin=origin, destination=destination)
+            self._start_action(group, state, hook, origin=origin, destination=destination, kind=action)
 
     def _start_action(
-        self, group: FakeAutoScalingGroup, state: InstanceState, hook: Any, *, origin: str, destination: str
+        self,
+        group: FakeAutoScalingGroup,
+        state: InstanceState,
+        hook: Any,
+        *,
+        origin: str,
+        destination: str,
+        kind: str = "",
     ) -> None:
         now = time.time()
         transition: str = hook.lifecycle_transition
@@ -541,6 +619,7 @@ class LifecycleEmulator:
             started_at=now,
             origin=origin,
             destination=destination,
+            action=kind,
         )
         self.actions[action.token] = action
         self._rounds.setdefault((action.instance_id, transition), []).append(action.token)
@@ -580,6 +659,7 @@ class LifecycleEmulator:
                 metadata=metadata,
                 origin=origin,
                 destination=destination,
+                action=kind,
             )
             self.notifications.append(Notification(now, "eventbridge", event))
             if self.events is not None:
@@ -693,6 +773,9 @@ class LifecycleEmulator:
         group, state = found
         if action.transition == TERMINATING and action.destination == WARM_POOL:
             self.pool.returned(group, state)  # scaled in to the pool: back there whatever the result
+        elif action.transition == TERMINATING and action.action == REPLACE_ROOT_VOLUME:
+            # AWS documents no result that stops a replacement the hooks held: whatever the result, it goes on
+            self._replace_root_volume_now(group, state)
         elif action.transition == TERMINATING:
             self.terminate_now(group, state)
         elif any(a.result == "ABANDON" for a in round_):
@@ -716,10 +799,24 @@ class LifecycleEmulator:
     # -- instance refresh -----------------------------------------------------------------------
 
     def start_refresh(
-        self, group_name: str, *, min_healthy_percentage: int, instance_warmup: float
+        self,
+        group_name: str,
+        *,
+        min_healthy_percentage: int,
+        instance_warmup: float,
+        strategy: str = ROLLING,
     ) -> InstanceRefresh:
         with self.lock:
             group = self.group(group_name)
+            if strategy not in (ROLLING, REPLACE_ROOT_VOLUME):
+                raise ValidationError(f"Invalid Strategy: {strategy}")
+            if strategy == REPLACE_ROOT_VOLUME and warm_pool_of(group) is not None:
+                # ("You can't start an instance refresh with Replace Root Volume on an EC2 Auto Scaling Group that
+                # has a warm pool": "Replace root volumes during instance refresh", its limitations)
+                raise ValidationError(
+                    f"An instance refresh with strategy {strategy} cannot start on group {group_name}: it has a "
+                    "warm pool"
+                )
             if any(r.group == group_name and r.status == "InProgress" for r in self.refreshes.values()):
                 raise InstanceRefreshInProgress(group_name)
             refresh = InstanceRefresh.plan(
@@ -729,6 +826,7 @@ class LifecycleEmulator:
                 min_healthy_percentage=min_healthy_percentage,
                 instance_warmup=instance_warmup,
                 started_at=time.time(),
+                strategy=strategy,
             )
             self.refreshes[refresh.refresh_id] = refresh
             self._advance_refresh(refresh)
@@ -763,6 +861,10 @@ class LifecycleEmulator:
         step = refresh.step(group, self.instances, now)
         if step.wake_at is not None:
             self.call_at(step.wake_at, lambda: self._advance_locked(refresh))
+        if refresh.strategy == REPLACE_ROOT_VOLUME:
+            for state in step.terminate:
+                self.replace_root_volume(group, state)
+            return
         for state in step.terminate:
             self.begin_terminate(group, state, "instance-refresh")
         if step.terminate:

@@ -33,6 +33,8 @@ class NodeRegistry(Protocol):
 
     def instance_started(self, name: str) -> Any: ...
 
+    def instance_rebooting(self, name: str) -> Any: ...
+
 
 @dataclass
 class NodePlan:

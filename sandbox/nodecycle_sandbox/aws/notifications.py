@@ -54,6 +54,7 @@ def eventbridge_event(
     metadata: str | None,
     origin: str,
     destination: str,
+    action: str = "",
 ) -> dict[str, Any]:
     detail: dict[str, Any] = {
         "LifecycleActionToken": token,
@@ -66,6 +67,8 @@ def eventbridge_event(
         detail["NotificationMetadata"] = _as_eventbridge_writes(metadata)
     detail["Origin"] = origin
     detail["Destination"] = destination
+    if action:  # (AWS documents the field for a root volume replacement's events: none other carries it)
+        detail["Action"] = action
     return {
         "version": "0",
         "id": str(uuid.uuid4()),

@@ -96,6 +96,9 @@ class _Outbox:
     def instance_started(self, name: str) -> None:
         self._send(("instance_started", name, {}))
 
+    def instance_rebooting(self, name: str) -> None:
+        self._send(("instance_rebooting", name, {}))
+
 
 def _serve(region: str, account: str, controls: Connection, outbox: Connection) -> None:
     from nodecycle_sandbox.aws.server import MotoServer

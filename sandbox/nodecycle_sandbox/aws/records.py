@@ -16,6 +16,11 @@ RESULTS = ("CONTINUE", "ABANDON")
 EC2 = "EC2"
 GROUP = "AutoScalingGroup"
 WARM_POOL = "WarmPool"
+# The Action its events carry for an instance refresh's root volume replacement (strategy ReplaceRootVolume): the
+# terminating hooks' action before it (Origin and Destination both the group, in ReplacingRootVolume:Wait), the
+# launching hooks' after it (in Pending:Wait). "Instance refresh replace root volume lifecycle events", Amazon EC2
+# Auto Scaling user guide.
+REPLACE_ROOT_VOLUME = "ReplaceRootVolume"
 
 
 @dataclass
@@ -34,6 +39,8 @@ class ActionRecord:
     # Where the instance comes from and goes to: EC2, AutoScalingGroup or WarmPool (as its events say).
     origin: str = ""
     destination: str = ""
+    # The Action its EventBridge event carries: REPLACE_ROOT_VOLUME for a root volume replacement's; empty otherwise
+    action: str = ""
     heartbeats: list[float] = field(default_factory=list)
     heartbeat_callers: list[str] = field(default_factory=list)  # who recorded each of ``heartbeats``
     finished_at: float | None = None
@@ -79,6 +86,8 @@ class InstanceHistory:
     # Times the instance went into its group's warm pool (launched into it, or scaled in to it) and left it.
     pool_entered_at: list[float] = field(default_factory=list)
     pool_left_at: list[float] = field(default_factory=list)
+    # Times an instance refresh replaced its root volume (the instance rebooted on the new one, its kubelet gone)
+    root_volume_replaced_at: list[float] = field(default_factory=list)
 
 
 @dataclass

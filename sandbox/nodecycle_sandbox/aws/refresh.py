@@ -2,7 +2,8 @@
 wait until the group is healthy again (InService + warm-up), then the next batch.
 
 The batch size follows from `MinHealthyPercentage`: at most `desired - ceil(desired x min%)` instances are
-out of service at once, and at least one.
+out of service at once, and at least one. With the ReplaceRootVolume strategy a batch's instances are not
+terminated but have their root volumes replaced (see `LifecycleEmulator.replace_root_volume`), and come back.
 """
 
 from __future__ import annotations
@@ -19,6 +20,7 @@ if TYPE_CHECKING:
     from moto.autoscaling.models import FakeAutoScalingGroup, InstanceState
 
 DEFAULT_MIN_HEALTHY_PERCENTAGE = 90
+ROLLING = "Rolling"  # StartInstanceRefresh's default Strategy
 
 
 @dataclass
@@ -39,6 +41,9 @@ class InstanceRefresh:
     status: str = "InProgress"
     finished_at: float | None = None
     batches: list[RefreshBatch] = field(default_factory=list)
+    strategy: str = ROLLING
+    # (ReplaceRootVolume) the instances whose replacement began: they stay in the group
+    replacing: list[str] = field(default_factory=list)
 
     @classmethod
     def plan(
@@ -50,6 +55,7 @@ class InstanceRefresh:
         min_healthy_percentage: int,
         instance_warmup: float,
         started_at: float,
+        strategy: str = ROLLING,
     ) -> InstanceRefresh:
         healthy_floor = math.ceil(desired_capacity * min_healthy_percentage / 100)
         return cls(
@@ -60,6 +66,7 @@ class InstanceRefresh:
             instance_warmup=instance_warmup,
             batch_size=max(1, desired_capacity - healthy_floor),
             started_at=started_at,
+            strategy=strategy,
         )
 
     def finish(self, status: str, at: float) -> None:
@@ -70,7 +77,7 @@ class InstanceRefresh:
         self, group: FakeAutoScalingGroup, instances: dict[str, InstanceHistory], now: float
     ) -> RefreshStep:
         """What to do now: the next batch to terminate once the group is healthy, or when to look again."""
-        old = set(self.instances_to_replace)
+        old = set(self.instances_to_replace) - set(self.replacing)
         old_left = [s for s in group.instance_states if s.instance.id in old]
         healthy = 0
         warm_at: list[float] = []
@@ -94,13 +101,18 @@ class InstanceRefresh:
             return RefreshStep()  # the last batch is still terminating
         batch = sorted(waiting, key=lambda s: s.instance.launch_time)[: self.batch_size]
         self.batches.append(RefreshBatch(started_at=now, instance_ids=[s.instance.id for s in batch]))
+        if self.strategy != ROLLING:
+            self.replacing += [s.instance.id for s in batch]
         return RefreshStep(terminate=batch)
 
     def percentage_complete(self, instances: dict[str, InstanceHistory]) -> int:
         if not self.instances_to_replace:
             return 100
         done = sum(
-            1 for i in self.instances_to_replace if i in instances and instances[i].terminated_at is not None
+            1
+            for i in self.instances_to_replace
+            if i in instances
+            and (instances[i].terminated_at is not None or instances[i].root_volume_replaced_at)
         )
         return int(100 * done / len(self.instances_to_replace))
 
@@ -115,7 +127,8 @@ class InstanceRefresh:
             "InstancesToUpdate": sum(
                 1
                 for i in self.instances_to_replace
-                if i not in instances or instances[i].terminate_started_at is None
+                if i not in self.replacing
+                and (i not in instances or instances[i].terminate_started_at is None)
             ),
             "Preferences": {
                 "MinHealthyPercentage": self.min_healthy_percentage,

@@ -90,6 +90,9 @@ class FakeNodes:
     def instance_started(self, name: str) -> None:
         self.stopped.discard(name)
 
+    def instance_rebooting(self, name: str) -> None:
+        self.stopped.add(name)
+
     def node_for_instance(self, instance_id: str) -> str | None:
         return next((n for n, node in self.nodes.items() if node["instance_id"] == instance_id), None)
 

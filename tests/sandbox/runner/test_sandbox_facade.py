@@ -92,6 +92,9 @@ class FakeCluster:
     def instance_started(self, name: str) -> None:
         self.nodes[name]["stopped"] = False
 
+    def instance_rebooting(self, name: str) -> None:
+        self.nodes[name]["stopped"] = True
+
 
 def test_a_sandbox_launches_and_terminates_instances_through_real_handlers(tmp_path: Path) -> None:
     # Given a sandbox whose intake completes every lifecycle action
