@@ -44,6 +44,7 @@ def ended_by(record: LifecycleRecord, now: datetime) -> LifecycleRecord | None:
         record.transition is not Transition.TERMINATING
         or record.verified_at is None
         or WARM_POOL in (record.origin, record.destination)
+        or record.replaces_root_volume  # (the instance stays: its root volume alone is replaced)
         or record.extra.get(ADDRESSES_LEFT)
         or (kube and (Step.CLEANUP not in record.plan or record.node is None))
     ):
@@ -181,8 +182,11 @@ class CompleteAction:
         settled only if an earlier call landed and the instance moved on since."""
         if record.verified_at == now:
             return True
+        # (a root volume replacement keeps its instance, as a launch does: its hook's next action of the instance is
+        # after a whole launch in between, and is asked after as a launch's is)
         if record.destination != WARM_POOL and not (
-            record.transition is Transition.LAUNCHING and _may_have_called(record)
+            (record.transition is Transition.LAUNCHING or record.replaces_root_volume)
+            and _may_have_called(record)
         ):
             return True
         try:

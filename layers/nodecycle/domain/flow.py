@@ -93,7 +93,9 @@ def plan_for(event: LifecycleEvent, policy: PlanPolicy) -> tuple[Step, ...]:
         # An instance that terminates from a warm pool is stopped: no node to drain, no budget to take.
         if kube and not event.from_warm_pool:
             steps += [Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT]
-        if eip:
+        # A root volume replacement keeps the instance, its network interfaces and their addresses: released, the
+        # address went from an instance back in service minutes later, which its launch then gave another.
+        if eip and not event.replaces_root_volume:
             steps.append(Step.RELEASE_EIP)
         steps.append(Step.COMPLETE)
         if kube and not event.from_warm_pool:

@@ -56,6 +56,13 @@ _SHORT = {
 
 
 WARM_POOL = "WarmPool"
+# The group itself as an action's origin or destination. A terminating action that both leaves from it and goes back
+# to it holds an instance refresh's root volume replacement (strategy ReplaceRootVolume), in its own wait state
+# (ReplacingRootVolume:Wait): AWS's event carries Origin and Destination "AutoScalingGroup" with Action
+# "ReplaceRootVolume" ("Instance refresh replace root volume lifecycle events", Amazon EC2 Auto Scaling user guide).
+# The instance stays, with its network interfaces and addresses, and reboots on its new root volume; its launch
+# hooks hold it again in Pending:Wait once the volume is replaced.
+GROUP = "AutoScalingGroup"
 
 
 class ActionRef(BaseModel):
@@ -96,6 +103,14 @@ class ActionRef(BaseModel):
     def token_known(self) -> bool:
         """False for a lifecycle the sweeper adopted: Auto Scaling names its action by instance id alone."""
         return not self.token.startswith(ADOPTED)
+
+    @property
+    def replaces_root_volume(self) -> bool:
+        """A terminating action out of the group and back into it: an instance refresh replacing the instance's
+        root volume (see GROUP). Its node is drained as for a termination, but the instance comes back."""
+        return (
+            self.transition is Transition.TERMINATING and self.origin == GROUP and self.destination == GROUP
+        )
 
 
 # The token of a lifecycle the sweeper adopted (see nodecycle.domain.sweep.orphans): an action whose event never

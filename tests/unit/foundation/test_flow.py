@@ -62,6 +62,20 @@ def test_warm_pool_moves_have_nothing_to_drain_or_assign() -> None:
     )
 
 
+def test_a_root_volume_replacement_drains_the_node_but_keeps_the_address_its_instance_keeps() -> None:
+    # (its terminate hook's action: out of the group and back into it; the instance keeps its network interfaces)
+    replacing = event(Transition.TERMINATING, origin="AutoScalingGroup", destination="AutoScalingGroup")
+    assert plan_for(replacing, KUBE_AND_EIP) == (
+        Step.ACQUIRE_SLOT,
+        Step.CORDON,
+        Step.EVICT,
+        Step.COMPLETE,
+        Step.CLEANUP,
+        Step.DONE,
+    )
+    assert plan_for(replacing, PlanPolicy(False, True, True)) == (Step.COMPLETE, Step.DONE)
+
+
 def test_completion_runs_on_the_worker_that_has_the_record() -> None:
     launch = plan_for(
         event(Transition.LAUNCHING), PlanPolicy(kubernetes=True, eip=True, readiness_gate=False)

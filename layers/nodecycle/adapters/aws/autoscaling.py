@@ -18,7 +18,7 @@ from nodecycle.adapters.aws.clients import (
 from nodecycle.adapters.aws.instances import Ec2Instances
 from nodecycle.domain.catalog import OWNER_TAG
 from nodecycle.domain.errors import AccessRefused, NotYetHeld
-from nodecycle.domain.model import WARM_POOL, ActionRef, Transition
+from nodecycle.domain.model import GROUP, WARM_POOL, ActionRef, Transition
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.lifecycle import Hook, Membership, WaitingInstance
 
@@ -34,10 +34,17 @@ log = logging.getLogger(__name__)
 # launch into the pool and, in a group whose pool takes instances back on scale in (ReuseOnScaleIn), a
 # termination into it, held by the group's terminating hook: the state cannot tell, so both are listed and
 # the hooks of each transition are probed (only the one that holds the instance accepts a heartbeat).
-_RETURNING_TO_POOL = "AutoScalingGroup"  # the origin of an instance scaled in to its warm pool
+# ReplacingRootVolume:Wait is an instance refresh's root volume replacement, held by the group's terminating hooks
+# ("When a lifecycle hook is configured for the autoscaling:EC2_INSTANCE_TERMINATING lifecycle action, an instance
+# about to undergo root volume replacement pauses ... when it reaches the ReplacingRootVolume:Wait state": "Use
+# lifecycle hooks with replace root volume", Amazon EC2 Auto Scaling user guide), its event's Origin and
+# Destination both the group. Missing here, its action was refused as a forgery at its confirmation and never
+# adopted: the instance rebooted on its new root volume with its node undrained at the hook's timeout.
+_RETURNING_TO_POOL = GROUP  # the origin of an instance scaled in to its warm pool
 _HELD: dict[str, tuple[tuple[Transition, str | None, str | None], ...]] = {
     "Pending:Wait": ((Transition.LAUNCHING, None, None),),
     "Terminating:Wait": ((Transition.TERMINATING, None, None),),
+    "ReplacingRootVolume:Wait": ((Transition.TERMINATING, GROUP, GROUP),),
     "Warmed:Pending:Wait": (
         (Transition.LAUNCHING, None, WARM_POOL),
         (Transition.TERMINATING, _RETURNING_TO_POOL, WARM_POOL),
@@ -74,6 +81,8 @@ def _holding_state(action: ActionRef) -> str:
         return "Warmed:Pending:Wait" if action.destination == WARM_POOL else "Pending:Wait"
     if action.origin == WARM_POOL:
         return "Warmed:Terminating:Wait"
+    if action.replaces_root_volume:
+        return "ReplacingRootVolume:Wait"
     return "Warmed:Pending:Wait" if action.destination == WARM_POOL else "Terminating:Wait"
 
 

@@ -86,6 +86,12 @@ MAINTENANCE_OVER_AFTER = timedelta(minutes=15)
 # Windows are hours. A watch still waiting this long after the maintenance's start (a kubelet that never came
 # back, an instance left in Standby) ends with the cordon kept, as before there was a watch: an operator looks.
 MAINTENANCE_WATCH_LIMIT = timedelta(days=2)
+# record.extra key: a node drained for its instance's root volume replacement (an instance refresh's
+# ReplaceRootVolume), its cordon kept through the reboot, watched since then for the instance back in service
+ROOT_VOLUME_WATCH = "root_volume_watch"
+# The launch hooks hold the instance again once its volume is replaced (Pending:Wait), up to their global timeout (48
+# hours at most): a watch still waiting after that, and a margin, ends with the cordon kept (told: an operator looks)
+ROOT_VOLUME_WATCH_LIMIT = timedelta(days=2, hours=1)
 # Auto Scaling lifecycle states (prefixes) of an instance that is not coming back to its group's service after
 # a maintenance: terminated, detached, or gone into its warm pool (a wider set than the engine's
 # TERMINATION_STATES, which says only whether a launch action ended with its instance)
@@ -110,6 +116,7 @@ CONFLICT = "the node changed between its read and the PATCH (HTTP 409 Conflict)"
 # The Event a watch that ends with the cordon kept writes, and what it was kept after
 MAINTENANCE_AFTER = ("CordonKeptAfterMaintenance", "scheduled maintenance")
 SPOT_AFTER = ("CordonKeptAfterSpotInterruption", "Spot interruption")
+ROOT_VOLUME_AFTER = ("CordonKeptAfterRootVolumeReplacement", "root volume replacement")
 
 
 class _ReleaseFailed(Exception):
@@ -139,7 +146,8 @@ class Cleanup:
     out, or never issued) and the instance stayed; or into a warm pool, once nothing can be scheduled on it
     before it is back in service (see ``_hold`` and ``_lift_when_safe``); or after scheduled maintenance (a reboot), once it is over
     and the instance stayed in service (see ``_lift_after_maintenance``); or after a Spot interruption that
-    stopped or hibernated the instance, once EC2 has started it again (see ``_lift_after_restart``).
+    stopped or hibernated the instance, once EC2 has started it again (see ``_lift_after_restart``); or after
+    its root volume replacement, once the instance is back in service (see ``_lift_after_root_volume``).
     """
 
     def __init__(
@@ -183,6 +191,9 @@ class Cleanup:
             return self._watch(
                 self._lift_after_restart, record, now, SPOT_WATCH, self._spot_pace(record, now)
             )
+        if record.extra.get(ROOT_VOLUME_WATCH):
+            pace = self._maintenance_poll_seconds
+            return self._watch(self._lift_after_root_volume, record, now, ROOT_VOLUME_WATCH, pace)
         # (its metadata only, when it is the node the drain's last poll read whole: its annotations are what count)
         try:
             node, _ = _node_as_seen(self._cluster, record, record.node)
@@ -222,9 +233,14 @@ class Cleanup:
             and record.extra.get(SPOT_ACTION) in RESUMING_SPOT_ACTIONS
             and record.drain_started_at is not None
         )
+        # Drained for a root volume replacement: the instance reboots on its new volume and comes back to service
+        # under the same node object, still cordoned (no kubelet lifts a cordon). Released as a termination's, the
+        # cordon stayed for good, whatever its action's end: a refresh of the group left every node cordoned. Kept
+        # through the reboot, it is lifted once the instance is back in service (see _lift_after_root_volume).
+        replaced = record.replaces_root_volume and record.drain_started_at is not None
         watched = record  # what a watch after the release starts from
         if node is not None:
-            held = into_pool or maintained
+            held = into_pool or maintained or replaced
             failure, retry_after = None, None
             try:
                 released = self._patched(
@@ -275,6 +291,9 @@ class Cleanup:
         if resuming:
             pace = self._spot_pace(record, now)
             return self._watch(self._lift_after_restart, watched, now, SPOT_WATCH, pace)
+        if replaced:
+            pace = self._maintenance_poll_seconds
+            return self._watch(self._lift_after_root_volume, watched, now, ROOT_VOLUME_WATCH, pace)
         return Outcome.next()
 
     def _carried_over(self, record: LifecycleRecord, node: NodeInfo, now: datetime) -> Outcome | None:
@@ -644,6 +663,42 @@ class Cleanup:
                 after=SPOT_AFTER,
             )
         return Outcome.wait(self._spot_pace(record, now), extra=extra)
+
+    def _lift_after_root_volume(self, record: LifecycleRecord, now: datetime) -> Outcome:
+        """Lift what this lifecycle set on the node once the instance whose root volume was replaced is back in
+        service with its node Ready: Auto Scaling puts it in service only after its launch hooks let it go
+        (Pending:Wait once the volume is replaced), the readiness gate's after its rebooted kubelet ran. Until then
+        the cordon stays: the reboot is to come, or under way. An instance that goes (a replacement that failed:
+        Auto Scaling terminates it; out of its group) keeps it, as a terminated one's does. Only while the node is
+        still marked released for this lifecycle, as in the other watches (a later claim removes the mark)."""
+        node, record = self._marked_node(record)
+        if node is None:
+            return Outcome.next()
+        instance = record.instance_id
+        _, watching = _watching(record, ROOT_VOLUME_WATCH, now)
+        in_group = self._autoscaling.lifecycle_state(instance)
+        if in_group is None or in_group.startswith(NOT_COMING_BACK_STATES):
+            why = f"instance {instance} is not coming back ({in_group or 'in no group'})"
+            return self._kept(node, record, why, leaving=True, after=ROOT_VOLUME_AFTER)
+        if in_group == "InService" and node.ready:
+            return self._lift_told(
+                node,
+                record,
+                "UncordonedAfterRootVolumeReplacement",
+                f"The root volume of {instance} was replaced and the instance is back in service: the cordon set "
+                "for the replacement is lifted",
+            )
+        if now > record.global_deadline + ROOT_VOLUME_WATCH_LIMIT:
+            return self._kept(
+                node,
+                record,
+                f"instance {instance} is not back in service with its node Ready ({in_group}, node "
+                f"{'Ready' if node.ready else 'NotReady'}) {ROOT_VOLUME_WATCH_LIMIT} after its root volume "
+                "replacement",
+                warning=True,
+                after=ROOT_VOLUME_AFTER,
+            )
+        return Outcome.wait(self._maintenance_poll_seconds, **watching)
 
     def _kept(
         self,

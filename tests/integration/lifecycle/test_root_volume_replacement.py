@@ -1,0 +1,90 @@
+"""An instance refresh that replaces root volumes (strategy ReplaceRootVolume) end to end. Each instance is held by
+the group's terminating hooks in ReplacingRootVolume:Wait (its event: EC2_INSTANCE_TERMINATING, Origin and
+Destination "AutoScalingGroup", Action "ReplaceRootVolume"), reboots on its new volume once they let it go, and comes
+back through the launching hooks (Pending:Wait) under the same node object ("Use lifecycle hooks with replace root
+volume", Amazon EC2 Auto Scaling user guide). Its node is drained before the reboot, keeps its Elastic IP (the
+instance keeps its network interfaces), and is uncordoned once the instance is back in service."""
+
+from __future__ import annotations
+
+import pytest
+
+from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle_sandbox import Sandbox
+from nodecycle_sandbox.aws.group import HookSpec
+from nodecycle_sandbox.aws.records import LAUNCHING, REPLACE_ROOT_VOLUME, TERMINATING
+from nodecycle_sandbox.checks import completed_before_drained, pdb_breaches
+from tests.integration.lifecycle.harness import find_record, node_of, running, wait_for
+from tests.integration.lifecycle.test_warm_pool import addresses_of, cordoned, node_object, ready
+
+pytestmark = pytest.mark.slow
+
+# The terminate hook's timeout, short: an action nobody completes lets the replacement go on at its default CONTINUE
+# within the test's time, the node undrained
+HOOK_TIMEOUT = 30
+HOOKS = (
+    HookSpec("nodecycle-launch", LAUNCHING, 120, "ABANDON"),
+    HookSpec("nodecycle-terminate", TERMINATING, HOOK_TIMEOUT, "CONTINUE"),
+)
+
+
+def test_a_root_volume_replacement_drains_the_node_first_keeps_its_address_and_uncordons_it_once_back() -> (
+    None
+):
+    with running(size=2, hooks=HOOKS, parameters={"EipMode": "allocate"}) as sandbox:
+        instances = sorted(sandbox.asg.in_state("InService"))
+        nodes = {instance: node_of(sandbox, instance) for instance in instances}
+        addresses = {instance: addresses_of(sandbox, instance) for instance in instances}
+        assert all(addresses.values())
+        sandbox.kube.reset_history()
+
+        # When an instance refresh replaces the root volumes of both instances, one at a time
+        refresh = sandbox.asg.start_refresh(min_healthy_percentage=50, strategy=REPLACE_ROOT_VOLUME)
+        timeline = sandbox.asg.wait_refresh(refresh, timeout=240)
+
+        # Then the same instances are back in service, each replaced once
+        assert timeline.status == "Successful"
+        assert sorted(sandbox.asg.in_state("InService")) == instances
+        assert all(len(timeline.instances[i].root_volume_replaced_at) == 1 for i in instances)
+
+        # And nodecycle completed each terminate hook's action (not its timeout) once its node was drained, through
+        # the Eviction API under the PodDisruptionBudgets
+        held = [
+            a
+            for a in sandbox.aws.actions()
+            if a.transition == TERMINATING and a.action == REPLACE_ROOT_VOLUME
+        ]
+        assert sorted(a.instance_id for a in held) == instances
+        assert [(a.outcome, a.result) for a in held] == [("completed", "CONTINUE")] * 2
+        history = sandbox.kube.history()
+        assert completed_before_drained(history, held) == []
+        assert pdb_breaches(history) == []
+        assert {e.name for e in history if e.resource == "pods/eviction"} != set()
+
+        # And each instance kept its Elastic IP: its network interfaces stay with it through the replacement
+        assert {instance: addresses_of(sandbox, instance) for instance in instances} == addresses
+
+        # And each node, the same object all along, is schedulable and Ready again once its instance is back, the
+        # lifecycle that drained it over
+        for instance in instances:
+            uncordoned_again(sandbox, nodes[instance])
+            record = drained_for(sandbox, instance)
+            assert record.step is Step.DONE
+            assert record.outcome == "drained"
+
+
+def uncordoned_again(sandbox: Sandbox, node: str) -> None:
+    wait_for(
+        lambda: not cordoned(node_object(sandbox, node)) and ready(node_object(sandbox, node)),
+        60,
+        f"node {node} uncordoned after the root volume replacement",
+    )
+
+
+def drained_for(sandbox: Sandbox, instance: str) -> LifecycleRecord:
+    """The lifecycle of the terminate hook's action of ``instance``, finished."""
+    return wait_for(
+        lambda: (r := find_record(sandbox, instance)) is not None and r.finished and r,
+        30,
+        f"the lifecycle that drained the node of {instance}",
+    )
