@@ -163,7 +163,7 @@ class AutoScalingGroup:
         self, *, min_healthy_percentage: int = 90, instance_warmup: int = 0, strategy: str | None = None
     ) -> str:
         """``strategy``: StartInstanceRefresh's (Rolling when not given; ReplaceRootVolume replaces root volumes)."""
-        named = {} if strategy is None else {"Strategy": strategy}
+        named: dict[str, Any] = {} if strategy is None else {"Strategy": strategy}
         try:
             answer = self.autoscaling.start_instance_refresh(
                 AutoScalingGroupName=self.name,
