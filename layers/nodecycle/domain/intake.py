@@ -75,6 +75,8 @@ LISTING_LAG = timedelta(seconds=5)
 _NOT_TERMINATED = ("InService", "Pending", "Standby", "EnteringStandby")
 # The pauses between those looks, in seconds (the last one repeated)
 _LOOKS_AGAIN = (0.25, 0.5, 1.0, 2.0)
+# Where a root volume replacement's terminate hooks hold its instance (see ``_timed_out_so``)
+_HELD_FOR_A_REPLACEMENT = "ReplacingRootVolume:Wait"
 
 
 class IntakeOutcome(StrEnum):
@@ -1165,11 +1167,19 @@ class Intake:
         in service (it went, or went back to a warm pool), a launch in service or gone. A message dated past its
         hook's timeout that names an instance in service with a terminate token Auto Scaling does not hold is no
         action that timed out (forged, or a replay of one long over): its lifecycle's check tells it as unknown.
-        Not known when Auto Scaling does not answer: left to that check too."""
+        Not known when Auto Scaling does not answer: left to that check too.
+
+        A root volume replacement's terminate action is the exception: at its timeout the replacement goes on
+        and the instance comes back, through the launch hooks (Pending:Wait) into service, or is terminated when
+        the replacement fails ("Replace root volumes during instance refresh", Amazon EC2 Auto Scaling user
+        guide). Anywhere but still held for a replacement (ReplacingRootVolume:Wait, under an action whose token
+        this is not) is where its timeout put it: its node went undrained, an expired action."""
         try:
             state = self._autoscaling.lifecycle_state(record.instance_id)
         except TransientError:
             return False
+        if record.replaces_root_volume:
+            return state != _HELD_FOR_A_REPLACEMENT
         if record.transition is Transition.TERMINATING:
             return state is None or not state.startswith(_NOT_TERMINATED)
         return True

@@ -15,7 +15,8 @@ from datetime import UTC, datetime, timedelta
 import boto3
 import pytest
 
-from nodecycle_sandbox.aws import TERMINATING
+from nodecycle_sandbox.aws import LAUNCHING, TERMINATING
+from nodecycle_sandbox.aws.records import REPLACE_ROOT_VOLUME
 from tests.functions.intake.conftest import GROUP, TERMINATE_HOOK
 from tests.functions.intake.test_foreign_and_forged_actions import (
     Sandbox,
@@ -131,3 +132,52 @@ def test_a_terminate_action_of_an_instance_in_service_dated_past_its_timeout_is_
     output = capsys.readouterr().out
     assert metric(output, "LifecycleActionsExpired") == 0
     assert metric(output, "LifecycleEventsRejected", reason="expired") == 0
+
+
+def test_a_root_volume_replacement_whose_timeout_passed_before_its_event_came_is_an_expired_action(
+    sandbox: Sandbox, stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a terminate hook with a short heartbeat timeout, and an instance of its group that an instance refresh
+    # replacing root volumes holds under it (ReplacingRootVolume:Wait)
+    autoscaling = boto3.client("autoscaling")
+    autoscaling.put_lifecycle_hook(
+        AutoScalingGroupName=GROUP,
+        LifecycleHookName=TERMINATE_HOOK,
+        LifecycleTransition="autoscaling:EC2_INSTANCE_TERMINATING",
+        HeartbeatTimeout=SHORT_TIMEOUT,
+        DefaultResult="CONTINUE",
+    )
+    instance = in_service(sandbox)
+    autoscaling.start_instance_refresh(
+        AutoScalingGroupName=GROUP,
+        Strategy="ReplaceRootVolume",
+        Preferences={"MinHealthyPercentage": 0, "InstanceWarmup": 0},
+    )
+    action = sandbox.action(instance, TERMINATING)
+    assert action.action == REPLACE_ROOT_VOLUME
+    event = sandbox.bus.of(action.token)
+
+    # When its event reaches intake only once the timeout let the replacement go on and the instance is back on its
+    # new root volume, held by the launch hook (Pending:Wait): where the hook's default result put it
+    time.sleep(max(0.0, action.deadline - time.time()) + 0.05)
+    deadline = time.time() + 10
+    while not [
+        a
+        for a in sandbox.control.actions()
+        if a.instance_id == instance and a.transition == LAUNCHING and a.active
+    ]:
+        assert time.time() < deadline, "the instance never came back through the launch hook"
+        time.sleep(0.1)
+    capsys.readouterr()
+    response = sandbox.intake.handler(event, LambdaContext())
+
+    # Then it is an expired action (its node went undrained), not a lifecycle whose check would page for an unknown
+    # (forged) action
+    assert response in (None, {"batchItemFailures": []})
+    (ended,) = [a for a in sandbox.control.actions() if a.token == action.token]
+    assert (ended.outcome, ended.result) == ("heartbeat-timeout", "CONTINUE")
+    assert records() == []
+    assert receive_all(stack.drain_queue) == []
+    output = capsys.readouterr().out
+    assert metric(output, "LifecycleEventsRejected", reason="expired") == 1
+    assert metric(output, "LifecycleActionsExpired") == 1
