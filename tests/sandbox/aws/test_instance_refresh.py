@@ -10,7 +10,7 @@ import pytest
 from botocore.exceptions import ClientError
 
 from nodecycle_sandbox.aws import LAUNCHING, TERMINATING
-from nodecycle_sandbox.aws.group import HookSpec, wait_for
+from nodecycle_sandbox.aws.group import HookSpec, WarmPoolSpec, wait_for
 
 from .conftest import Emulation
 
@@ -175,3 +175,29 @@ def test_a_root_volume_replacement_waits_in_its_own_state_and_goes_on_even_when_
     assert timeline.status == "Successful"
     assert group.in_state("InService") == [instance_id]
     assert len(timeline.instances[instance_id].root_volume_replaced_at) == 1
+
+
+def test_a_refresh_replacing_root_volumes_is_refused_on_a_group_with_a_warm_pool(aws: Emulation) -> None:
+    # Given a group of one in service with a warm pool
+    group = aws.group(
+        HookSpec("drain", TERMINATING, 60, "CONTINUE"),
+        size=1,
+        warm_pool=WarmPoolSpec(min_size=0, max_group_prepared_capacity=1),
+    )
+    (instance_id,) = group.instances()
+
+    # When a refresh replacing root volumes is asked for it
+    with pytest.raises(ClientError) as refused:
+        group.autoscaling.start_instance_refresh(
+            AutoScalingGroupName=group.name, Strategy="ReplaceRootVolume"
+        )
+
+    # Then it is refused ("You can't start an instance refresh with Replace Root Volume on an EC2 Auto Scaling
+    # Group that has a warm pool"), and nothing started: no refresh, the instance in service and unheld
+    assert refused.value.response["Error"]["Code"] == "ValidationError"
+    assert "warm pool" in refused.value.response["Error"]["Message"]
+    assert (
+        aws.autoscaling.describe_instance_refreshes(AutoScalingGroupName=group.name)["InstanceRefreshes"]
+        == []
+    )
+    assert group.in_state("InService") == [instance_id]
