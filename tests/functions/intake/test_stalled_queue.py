@@ -181,3 +181,34 @@ def test_a_root_volume_replacement_whose_timeout_passed_before_its_event_came_is
     output = capsys.readouterr().out
     assert metric(output, "LifecycleEventsRejected", reason="expired") == 1
     assert metric(output, "LifecycleActionsExpired") == 1
+
+
+def test_a_replacement_dated_past_its_timeout_for_an_instance_still_held_for_one_is_no_expired_action(
+    sandbox: Sandbox, stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given an instance that an instance refresh replacing root volumes holds under the terminate hook (300 s)
+    instance = in_service(sandbox)
+    boto3.client("autoscaling").start_instance_refresh(
+        AutoScalingGroupName=GROUP,
+        Strategy="ReplaceRootVolume",
+        Preferences={"MinHealthyPercentage": 0, "InstanceWarmup": 0},
+    )
+    action = sandbox.action(instance, TERMINATING)
+    true_event = sandbox.bus.of(action.token)
+
+    # When an event of a replacement of it comes with a token Auto Scaling does not hold, dated past the hook's
+    # timeout (forged, or a replay of one long over)
+    long_ago = datetime.now(UTC) - timedelta(minutes=10)
+    forged = {
+        **true_event,
+        "time": long_ago.strftime("%Y-%m-%dT%H:%M:%SZ"),
+        "detail": {**true_event["detail"], "LifecycleActionToken": str(uuid.uuid4())},
+    }
+    capsys.readouterr()
+    sandbox.intake.handler(forged, LambdaContext())
+
+    # Then it is not told as an action that timed out: the instance is still held for its replacement, under
+    # the action of another token
+    output = capsys.readouterr().out
+    assert metric(output, "LifecycleActionsExpired") == 0
+    assert metric(output, "LifecycleEventsRejected", reason="expired") == 0
