@@ -11,6 +11,7 @@ from datetime import timedelta
 
 from nodecycle.domain.budget import SlotReason, SlotRequest
 from nodecycle.domain.budget.rules import CREATION_MARGIN, RENEWAL_CREATION_MARGIN
+from nodecycle.domain.budget.seed import DrainInProgress
 from tests.unit.budget.conftest import TTL
 from tests.unit.budget.fakes import START, BudgetFactory, FakeClock, MemoryBudgetStore, slot
 
@@ -25,6 +26,9 @@ class Records:
     def gave_back(self, request: SlotRequest) -> bool:
         self.asked.append(request.record_id)
         return request.record_id in self.over
+
+    def drains(self, owner: str) -> list[DrainInProgress]:
+        return []  # (no drain whose node object was deleted)
 
 
 BEGAN = START - timedelta(minutes=1)

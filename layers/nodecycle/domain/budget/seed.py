@@ -9,7 +9,10 @@ in-progress annotations that name its lifecycle (instance, transition, token), s
 and cleared in one. So the first write to a document never written lists the nodes once and takes each drain
 in progress as a holder of its own lifecycle and owner, whichever owner it is (the budget is shared: another
 stack's drain takes a slot in every stack's view), before it decides anything. Each one's next ask then
-finds its slot held, as before the deletion, when it fits beside the other holders (see below). That costs one list of the nodes' metadata when a document is created
+finds its slot held, as before the deletion, when it fits beside the other holders (see below). A drain whose
+node object was deleted under it (its pods still bound to the name: drain/orphans.py) has no node to show it: the
+writing owner's own are read from its open records (``Lifecycles.drains``); another owner's such drain is counted
+at its next poll's renewal, which pauses it when its room is gone. That costs one list of the nodes' metadata when a document is created
 (the first use, or a deletion), never per decision: a decision's cost stays flat in the cluster's size.
 
 What the nodes cannot tell, the seed takes on the safe side:

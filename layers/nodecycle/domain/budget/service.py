@@ -17,7 +17,7 @@ from nodecycle.domain.budget.document import BudgetDocument, Holder, OwnerLimits
 from nodecycle.domain.budget.errors import WriteOutcomeUnknown
 from nodecycle.domain.budget.limits import BudgetLimits, Decisive, NodeState, owner_limits
 from nodecycle.domain.budget.requests import SlotDecision, SlotReason, SlotRequest
-from nodecycle.domain.budget.seed import DrainsInProgress, seeded
+from nodecycle.domain.budget.seed import DrainInProgress, DrainsInProgress, seeded
 from nodecycle.domain.budget.view import BudgetView, view_of
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.ports.budget import BudgetStore, NodeInventory
@@ -34,6 +34,12 @@ class Lifecycles(Protocol):
         """Whether the request's lifecycle (its record, token and beginning) has given its slot back, or is giving
         it back, as its record tells now: over, or at its cleanup. False for a lifecycle at any step before its
         cleanup, and for one that started over on the record since."""
+        ...
+
+    def drains(self, owner: str) -> list[DrainInProgress]:
+        """``owner``'s drains in progress as their records tell them: each lifecycle at its eviction, with the
+        node it drains. Read when a document is seeded (see :meth:`DisruptionBudget._seeded`): a drain whose node
+        object was deleted under it (its pods still bound to the name) has no node left to show it."""
         ...
 
 
@@ -670,6 +676,13 @@ class DisruptionBudget:
             # (nothing to seed it from: decided on as it is, and vouched for, as a store that never loses it holds it)
             return doc.model_copy(update={"unwritten": False, "unvouched": False})
         drains = self._drains.drains_in_progress()
+        if self._lifecycles is not None:
+            # A drain whose node object was deleted while its instance runs evicts the pods left bound to the name
+            # (drain/orphans.py): no node shows it, no annotation, no cordon. Left out, its slot went to another
+            # node while it evicted, until its next renewal paused it (invariant 1). Its record tells it: this
+            # owner's open records, one query, only here (another owner's such drains are its own records').
+            shown = {drain.node for drain in drains}
+            drains += [drain for drain in self._lifecycles.drains(self._owner) if drain.node not in shown]
         now = self._clock.now()
         # (an expired entry of a restored document may name the node of a drain that began since)
         seed, holders = seeded(rules.prune(doc, now), drains, now=now, ttl=self._ttl)

@@ -8,6 +8,7 @@ from datetime import datetime, timedelta
 from typing import Any
 
 from nodecycle.domain.budget import SlotDecision, SlotReason, SlotRequest
+from nodecycle.domain.budget.seed import DrainInProgress
 from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.drain import pods as podfilter
 from nodecycle.domain.drain.common import (
@@ -608,6 +609,25 @@ class RecordedLifecycles:
         the instance, under a new token). A lifecycle at its cleanup is not over: it lets go of its node there."""
         current = self._records.get(record_id)
         return current is None or current.finished or current.token != token
+
+    def drains(self, owner: str) -> list[DrainInProgress]:
+        """``owner``'s lifecycles at their evictions, each the drain of the node its record names (one query of
+        the open records). A drain paused for a lost slot is one too: its node is disrupted already, as the seed
+        counts a paused drain its node shows. One past its eviction (completing, at its cleanup) disrupts nothing
+        more; one before it (waiting, cordoning) has not begun to."""
+        return [
+            DrainInProgress(
+                node=record.node,
+                zone=record.zone,
+                owner=record.owner,
+                instance_id=record.instance_id,
+                record_id=record.id,
+                token=record.token,
+                started=record.drain_started_at,
+            )
+            for record in self._records.open_records(owner)
+            if record.step is Step.EVICT and record.node and not record.finished
+        ]
 
 
 def _gave_back(current: LifecycleRecord | None, token: str | None, began: datetime | None) -> bool:
