@@ -88,6 +88,7 @@ def sweeper() -> Sweeper:
             margin=engine_timing(ports).heartbeat_margin,
             interval=timedelta(minutes=config.sweep_interval_minutes),
             settle_before=engine_timing(ports).settle_before,
+            lateness=timedelta(seconds=config.sweep_lateness_seconds),
             failure_result=SettleResults(
                 eip=eip_policy(config).failure_result, readiness=config.readiness_failure_result
             ),

@@ -75,6 +75,7 @@ def _repair(records: InMemoryRecords, port: AutoscalingActions, clock: FakeClock
         margin=MARGIN,
         interval=INTERVAL,
         settle_before=INTERVAL + 2 * MARGIN,
+        lateness=timedelta(seconds=60),  # (the schedule's minute, as settings reckon it)
         failure_result=lambda record: ActionResult.CONTINUE,
         clock=clock,
     )

@@ -84,6 +84,7 @@ def repair_of(world: World) -> LifecycleRepair:
         margin=timedelta(seconds=MARGIN),
         interval=INTERVAL,
         settle_before=SWEEP_SETTLE_BEFORE,
+        lateness=timedelta(seconds=60),  # (the schedule's minute, as settings reckon it)
         failure_result=lambda record: ActionResult.CONTINUE,
         clock=world.clock,
     )

@@ -162,6 +162,7 @@ def test_the_sweepers_settlement_whose_answer_was_lost_is_counted_and_recorded_a
         margin=timedelta(minutes=1),
         interval=timedelta(minutes=5),
         settle_before=timedelta(minutes=7),
+        lateness=timedelta(seconds=60),  # (the schedule's minute, as settings reckon it)
         failure_result=lambda _: ActionResult.CONTINUE,
         clock=clock,
     )

@@ -121,6 +121,7 @@ def test_a_deleted_groups_lifecycle_is_settled_at_one_sweep_not_failed_at_every_
         margin=timedelta(minutes=1),
         interval=timedelta(minutes=5),
         settle_before=timedelta(minutes=7),
+        lateness=timedelta(seconds=60),  # (the schedule's minute, as settings reckon it)
         failure_result=lambda _: ActionResult.CONTINUE,
         clock=clock,
     )

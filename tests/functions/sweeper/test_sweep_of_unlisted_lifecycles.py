@@ -51,6 +51,7 @@ def sweeper(world: World) -> Sweeper:
         margin=MARGIN,
         interval=INTERVAL,
         settle_before=SETTLE_BEFORE,
+        lateness=timedelta(seconds=60),  # (the schedule's minute, as settings reckon it)
         failure_result=lambda record: ActionResult.CONTINUE,
         clock=world.clock,
     )

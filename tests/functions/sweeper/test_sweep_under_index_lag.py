@@ -79,6 +79,7 @@ class Lifecycles:
             margin=MARGIN,
             interval=INTERVAL,
             settle_before=INTERVAL + 2 * MARGIN,
+            lateness=timedelta(seconds=60),  # (the schedule's minute, as settings reckon it)
             failure_result=lambda record: ActionResult.CONTINUE,
             clock=self.clock,
         )

@@ -17,7 +17,7 @@ from nodecycle.domain.model import WARM_POOL, ActionRef, Step, Transition
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.sweep.sweeper import SweepFailed
 from tests.unit.foundation.test_engine import MARGIN, World, kept_alive, make_record
-from tests.unit.sweeper.test_sweeper import Repair, stalled_at_its_last_chance
+from tests.unit.sweeper.test_sweeper import INTERVAL, Repair, stalled_at_its_last_chance
 
 INSTANCE = "i-0123456789abcdef0"
 
@@ -77,11 +77,14 @@ def test_a_settlement_whose_heartbeat_first_failed_is_not_taken_over_as_a_comple
     None
 ):
     # Given a drain of a scale-in back to the warm pool, stalled at a sweep before its global timeout that is not the
-    # last one, whose settlement's heartbeat before its call is throttled (its completion never called)
-    repair = Repair()
+    # last one (a settle point set earlier by the engine's redelivery, a work visibility timeout of 420 s: the next
+    # sweep, even late in its minute, comes a margin before the global timeout), whose settlement's heartbeat before
+    # its call is throttled (its completion never called)
+    repair = Repair(settle_before=INTERVAL + 3 * timedelta(seconds=60))
     held_in, changes = ASKED_FIRST["scale-in-to-the-pool"]
     repair.autoscaling.issue("token", INSTANCE, hook=("nodes", "terminate"), held_in=held_in)
     stalled_at_its_last_chance(repair, **changes)
+    repair.clock.advance(-90)
     heartbeat = repair.autoscaling.heartbeat
     throttles = [TransientError("recording a lifecycle heartbeat: Throttling: Rate exceeded")]
 

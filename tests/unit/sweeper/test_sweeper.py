@@ -51,6 +51,8 @@ class Repair:
     margin: timedelta = MARGIN
     interval: timedelta = INTERVAL
     settle_before: timedelta = INTERVAL + 2 * MARGIN  # as settings: the later of this and margin + redelivery
+    # as settings: how late in its minute a sweep on schedule may come (the schedule's minute, no less than the margin)
+    lateness: timedelta = timedelta(seconds=60)
     hooks: LifecycleHooks | None = (
         None  # the hooks as Auto Scaling tells them now (None: the records' timeouts)
     )
@@ -71,6 +73,7 @@ class Repair:
             margin=self.margin,
             interval=self.interval,
             settle_before=self.settle_before,
+            lateness=self.lateness,
             failure_result=lambda record: self.failure,
             clock=self.clock,
             hooks=self.hooks,

@@ -98,6 +98,7 @@ class LifecycleRepair:
         margin: timedelta,
         interval: timedelta,
         settle_before: timedelta,
+        lateness: timedelta,
         failure_result: Callable[[LifecycleRecord], ActionResult],
         clock: Clock,
         out_of_line: Callable[[LifecycleRecord, datetime], None] | None = None,
@@ -106,7 +107,9 @@ class LifecycleRepair:
         """``out_of_line``: told of a launch waiting in an address line that this sweep moves on (settled, or
         found lapsed), as the engine tells it (``AssignAddress.ended_in_line``: it leaves the line and wakes the
         next waiter); never raises. ``hooks``: the hooks as Auto Scaling tells them now, whose heartbeat timeout,
-        lowered since an action started, times its heartbeats (see ``_as_hook_times``); None: the records'."""
+        lowered since an action started, times its heartbeats (see ``_as_hook_times``); None: the records'.
+        ``lateness``: how late past its tick a sweep on schedule may come unbeknown to it (``Timing
+        .sweep_lateness_seconds``: the schedule's minute at least), as ``settle_before`` reckons it."""
         self._clock = clock
         self._hooks = hooks
         # This sweep's answers about the hooks' heartbeat timeouts: (group, hook) -> seconds, None when not told
@@ -122,6 +125,7 @@ class LifecycleRepair:
         self._margin = margin
         self._interval = interval
         self._settle_before = settle_before
+        self._lateness = lateness
         self._failure_result = failure_result
         # Whether this sweep's look where an unconfirmed action's instance is failed (see ``_beat``)
         self._look_failed = False
@@ -550,10 +554,14 @@ class LifecycleRepair:
             log.warning("could not withdraw the claim of %s (%r)", settling.id, error)
         return settling
 
-    def _last_sweep(self, record: LifecycleRecord, now: datetime, late: timedelta) -> bool:
-        """Whether no sweep after this one can still settle the action: the next, as late as this one, would come
-        less than a margin (what a completion takes) before its global timeout, or after it."""
-        return now + late + self._interval > record.global_deadline - self._margin
+    def _last_sweep(self, record: LifecycleRecord, now: datetime, later: timedelta) -> bool:
+        """Whether no sweep after this one can still settle the action: the next, as late as this one (``later``:
+        with this sweep's overrun, see ``_overrun``), would come less than a margin (what a completion takes) before
+        its global timeout, or after it. That next sweep may also fire late in its minute where this one fired early
+        in its own (EventBridge runs a rate schedule "within that minute, but not on the precise 0th second"), which
+        no lateness this sweep measured tells: reckoned an interval later exactly, a sweep 370 s before the global
+        timeout under the defaults left a dead completer's claim to the next, which came 11 s before it."""
+        return now + later + self._interval + self._lateness > record.global_deadline - self._margin
 
     def _past_its_action(
         self, record: LifecycleRecord, gone: Outcome, now: datetime
@@ -593,7 +601,7 @@ class LifecycleRepair:
         # that would take it over next, an interval later, came after the global timeout (a sweep delivered late
         # crashed after its claim, the next one on schedule came seconds before that claim's end). A second call is
         # the lesser harm.
-        last_sweep = self._last_sweep(record, now, late)
+        last_sweep = self._last_sweep(record, now, late + self._overrun(time))
         if completion_in_progress(record, now, self._margin, held=not last_sweep):
             # A completer (the engine's completion, the guard's) claimed it and is calling Auto Scaling: taken
             # over, its call that landed would answer this one's "no active lifecycle action". One killed after
