@@ -127,8 +127,11 @@ def sweeper() -> Sweeper:
         parts=parts,
         shares=SHARES,
         fresh=fresh,
-        # (a sweep later than a margin: an action of the shortest heartbeat timeout allowed may lapse before it)
-        late_after=engine_timing(ports).heartbeat_margin,
+        # (a sweep later than its schedule's minute, or a margin if longer: an action of the shortest heartbeat
+        # timeout allowed may lapse before it. No sooner: the settings allow for that much (sweep_lateness_seconds),
+        # and EventBridge runs a rate schedule "within that minute": under a margin of 5 s, most sweeps on schedule
+        # were counted late, their alarm paging for nothing)
+        late_after=timedelta(seconds=config.sweep_lateness_seconds),
     )
 
 

@@ -60,3 +60,20 @@ def test_a_late_sweep_says_so_and_tells_a_stalled_action_that_timed_out_before_i
     assert swept.outcome == "action-expired"
     assert metric(output, "LifecycleActionsExpired") == 1
     assert metric(output, "GlobalTimeoutsNear") == 0
+
+
+def test_a_sweep_within_its_schedules_minute_is_not_late_under_a_short_heartbeat_margin(
+    sweeper: ModuleType, stack: Stack, monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given a heartbeat margin of 5 s (the template's least), and a schedule's event whose time is 40 s before the
+    # sweep: EventBridge runs a rate schedule "within that minute, but not on the precise 0th second" (Amazon
+    # EventBridge User Guide, scheduled rules), which the timing allows for (Timing.sweep_lateness_seconds: a minute)
+    monkeypatch.setenv("NODECYCLE_HEARTBEAT_MARGIN_SECONDS", "5")
+
+    # When the sweep runs
+    report = sweeper.handler(fired(timedelta(seconds=40)), invocation())
+
+    # Then it says how long after its event's time it ran, but it is not counted late (its alarm): no action whose
+    # hook the settings allow can lapse for a sweep within its schedule's minute
+    assert abs(report["SweepLateSeconds"] - 40) <= 2
+    assert metric(capsys.readouterr().out, "SweepsLate") == 0

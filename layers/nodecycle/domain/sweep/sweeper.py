@@ -40,8 +40,8 @@ read again, consistently, before a part acts on it or counts it (the lifecycles'
 
 A sweep may start late: EventBridge delivers the schedule late (the sweeper throttled at its reserved concurrency
 of one while a long sweep runs: the event is retried), or the sweep before failed and the next is the retry. The
-sweep then says how late it is (``SweepLateSeconds``; ``SweepsLate`` past a heartbeat margin: its alarm, since an
-action whose hook has the shortest heartbeat timeout allowed may lapse then), and each part is told (``SweepTime.late``):
+sweep then says how late it is (``SweepLateSeconds``; ``SweepsLate`` past its schedule's minute, or a heartbeat margin
+if longer: its alarm, since an action whose hook has the shortest heartbeat timeout allowed may lapse then), and each part is told (``SweepTime.late``):
 the next sweep may come as late, so what that one would reach too late is done now (see :mod:`.lifecycles`).
 """
 
@@ -90,7 +90,7 @@ class Sweeper:
         """``parts`` run in their order; ``shares``: the time held back for a part from the parts before it;
         ``fresh``: called as each sweep begins, so that what the parts share within a sweep (a listing) is
         not carried into the next; ``late_after``: how late a sweep may start before it counts as late (the
-        heartbeat margin), None: never counted."""
+        schedule's minute, or the heartbeat margin if longer: ``Timing.sweep_lateness_seconds``), None: never counted."""
         self._owner = owner
         self._records = records
         self._clock = clock
