@@ -236,6 +236,9 @@ class ServerSide:
 
     def cordon_by_operator(self) -> None:
         self.admin.patch_node(NODE, {"spec": {"unschedulable": True}})
+        # the node lifecycle controller then taints it unschedulable (TaintNodesByCondition), a write of its own: a
+        # read before that write lands is a version the claim conflicts with (a fresh-clone run met it once)
+        self.kube.settle()
 
     def label_by_operator(self) -> None:
         self.admin.patch_node(NODE, {"metadata": {"labels": {"team": "payments"}}})
