@@ -40,6 +40,15 @@ DETAIL_TYPES = {
     HEALTH_SOURCE: (HEALTH_EVENT,),
 }
 SPOT_NOTICE = timedelta(minutes=2)  # EC2 interrupts a Spot instance two minutes after its warning
+# EC2's event code (DescribeInstanceStatus, InstanceStatusEvent.Code) of the maintenance each AWS Health event type
+# tells of (EC2 User Guide, "Scheduled events for Amazon EC2 instances"; AWS Health event type codes)
+HEALTH_EVENT_CODES = {
+    "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED": "instance-retirement",
+    "AWS_EC2_INSTANCE_STOP_SCHEDULED": "instance-stop",
+    "AWS_EC2_INSTANCE_REBOOT_MAINTENANCE_SCHEDULED": "instance-reboot",
+    "AWS_EC2_SYSTEM_REBOOT_MAINTENANCE_SCHEDULED": "system-reboot",
+    "AWS_EC2_SYSTEM_MAINTENANCE_EVENT": "system-maintenance",
+}
 
 
 class NotADisruption(ValueError):
@@ -210,7 +219,11 @@ def from_eventbridge(event: Mapping[str, Any], delivery: str = "eventbridge") ->
         validate(_Detail, {"instance-id": instance})
     return [
         DisruptionEvent(
-            instance_id=instance, cause=Transition.SCHEDULED_CHANGE, strikes_at=health.startTime, **common
+            instance_id=instance,
+            cause=Transition.SCHEDULED_CHANGE,
+            strikes_at=health.startTime,
+            code=HEALTH_EVENT_CODES.get(health.eventTypeCode),
+            **common,
         )
         for instance in instances
     ]

@@ -77,6 +77,10 @@ _NOT_TERMINATED = ("InService", "Pending", "Standby", "EnteringStandby")
 _LOOKS_AGAIN = (0.25, 0.5, 1.0, 2.0)
 # Where a root volume replacement's terminate hooks hold its instance (see ``_timed_out_so``)
 _HELD_FOR_A_REPLACEMENT = "ReplacingRootVolume:Wait"
+# How near a Health event's start is to EC2's of the same maintenance, whatever their codes say: the same instant
+# (EC2's own, told by Health), to a clock's rounding. Further apart, only a listed event of the Health event's code is
+# its maintenance (moved, see _described); one of another kind is another maintenance.
+SAME_START = timedelta(minutes=15)
 
 
 class IntakeOutcome(StrEnum):
@@ -95,14 +99,22 @@ class IntakeOutcome(StrEnum):
     ADOPTED = "adopted"  # the sweeper adopted the action before its event came: nothing written, nothing sent
 
 
-def _described(scheduled: list[ScheduledEvent], starts: datetime) -> datetime:
-    """The start, as EC2 lists it, of the maintenance a Health event that says ``starts`` tells of: the one
-    starting nearest to it (the earlier of two as near). An instance may have several (a reboot in hours, a
+def _described(scheduled: list[ScheduledEvent], starts: datetime, code: str | None) -> datetime | None:
+    """The start, as EC2 lists it, of the maintenance a Health event that says ``starts`` (of EC2's event code
+    ``code``, when its type tells one) tells of: the one starting nearest to it (the earlier of two as near) among
+    those of its code, or starting within SAME_START of it. An instance may have several (a reboot in hours, a
     retirement in days), each told by a Health event of its own: timing each by the earliest would make the
     later one's event a duplicate of the first, never drained for. Not the first at or after ``starts``: a
     Health start a few seconds past EC2's would skip to the next maintenance, and an older version of one EC2
-    moved earlier would find none."""
-    return min((e.not_before for e in scheduled), key=lambda at: (abs(at - starts), at))
+    moved (a move keeps its code) would find none. None when EC2 lists none of them: a maintenance EC2 has not
+    listed yet, which another of the instance, of another kind and days away, must not time (its event would be
+    taken for a duplicate of that one's, and nothing drained for it)."""
+    candidates = [
+        e.not_before
+        for e in scheduled
+        if code is None or e.code == code or abs(e.not_before - starts) <= SAME_START
+    ]
+    return min(candidates, key=lambda at: (abs(at - starts), at), default=None)
 
 
 def _noted(event: DisruptionEvent) -> dict[str, object]:
@@ -112,7 +124,7 @@ def _noted(event: DisruptionEvent) -> dict[str, object]:
     once EC2 lists it no more: called off)."""
     if event.state is not None:
         return {INSTANCE_STATE: event.state}
-    if event.cause is Transition.SCHEDULED_CHANGE and event.listed:
+    if event.cause is Transition.SCHEDULED_CHANGE and event.strikes_at in event.listed:
         return {MAINTENANCE_LISTED: True}
     if event.cause is Transition.SPOT_INTERRUPTION and event.spot_action in RESUMING_SPOT_ACTIONS:
         return {SPOT_ACTION: event.spot_action}
@@ -561,7 +573,14 @@ class Intake:
                 # one whose start has passed (Health tells of a maintenance again when it is over, and EC2
                 # lists it as completed or canceled then, or no more).
                 return None if by_queue or event.strikes_at <= self._clock.now() else event
-            starts = _described(scheduled, event.strikes_at)
+            listed = tuple(sorted({e.not_before for e in scheduled}))
+            starts = _described(scheduled, event.strikes_at, event.code)
+            if starts is None:
+                # EC2 lists other maintenance of the instance, not this one (yet): as above, its own start; the
+                # listed starts let it follow the one a lifecycle waits for (see _queued)
+                if by_queue or event.strikes_at <= self._clock.now():
+                    return None
+                return event.model_copy(update={"listed": listed})
             if starts != event.strikes_at:
                 log.info(
                     "maintenance of %s starts at %s by EC2 (the event said %s)",
@@ -569,7 +588,6 @@ class Intake:
                     starts,
                     event.strikes_at,
                 )
-            listed = tuple(sorted({e.not_before for e in scheduled}))
             return event.model_copy(update={"strikes_at": starts, "listed": listed})
         # No EC2 API confirms a rebalance recommendation: it comes by EventBridge or not at all, and no later
         # than a delivery can be.

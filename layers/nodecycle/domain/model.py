@@ -193,6 +193,9 @@ class DisruptionEvent(BaseModel):
     replay: str | None = None  # the name of the EventBridge archive replay that sent it again, if one did
     # scheduled maintenance: the starts of every maintenance EC2 lists for the instance (confirmed by EC2)
     listed: tuple[datetime, ...] = ()
+    # scheduled maintenance: EC2's code of it (instance-retirement, system-reboot...), as its Health event's type
+    # tells; None for a type that names none
+    code: str | None = None
 
     @property
     def record_id(self) -> str:

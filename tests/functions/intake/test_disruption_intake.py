@@ -509,9 +509,15 @@ def delayed(queue_url: str) -> int:
     return int(attributes["ApproximateNumberOfMessagesDelayed"])
 
 
-def health_event(instance: str, starts: datetime, event_id: str | None = None) -> dict[str, Any]:
+def health_event(
+    instance: str,
+    starts: datetime,
+    event_id: str | None = None,
+    type_code: str = "AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED",
+) -> dict[str, Any]:
     event = load_event("eventbridge-health-scheduled-retirement.json")
     event["detail"]["startTime"] = starts.strftime("%a, %d %b %Y %H:%M:%S GMT")
+    event["detail"]["eventTypeCode"] = type_code
     event["detail"]["affectedEntities"] = [{"entityValue": instance}]
     if event_id is not None:
         event["id"] = event_id
@@ -519,6 +525,7 @@ def health_event(instance: str, starts: datetime, event_id: str | None = None) -
 
 
 LEAD = timedelta(hours=1)  # the maintenance lead the tests below set
+SYSTEM_REBOOT = "AWS_EC2_SYSTEM_REBOOT_MAINTENANCE_SCHEDULED"  # AWS Health's type of a system-reboot
 
 
 @pytest.fixture
@@ -746,6 +753,31 @@ def test_two_maintenances_told_while_the_first_waits_are_each_drained_for_in_tur
         health_event(instance, starts["retirement"], "6e4d3c2b-1a0f-4e9d-8c7b-6a5f4e3d2c1b"), LambdaContext()
     )
     assert metric(capsys.readouterr().out, "LifecycleEventsDuplicate") == 1
+
+
+@pytest.mark.usefixtures("an_hours_lead")
+def test_a_retirement_ec2_lists_late_is_not_timed_by_the_instances_reboot_days_before_it(
+    intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
+) -> None:
+    # Given an instance EC2 will reboot in 3 days (it lists the reboot), whose Health event was taken in
+    instance = launch()
+    now = datetime.now(UTC).replace(microsecond=0)
+    reboot, retirement = now + timedelta(days=3), now + timedelta(days=10)
+    schedule(instance, reboot, code="system-reboot", description="scheduled reboot")
+    intake_fn.handler(health_event(instance, reboot, type_code=SYSTEM_REBOOT), LambdaContext())
+
+    # When AWS Health tells of the instance's retirement in 10 days, which EC2 does not list yet (its listing lags)
+    intake_fn.handler(
+        health_event(instance, retirement, "5d3c2b1a-0f9e-4d8c-9b7a-6f5e4d3c2b1a"), LambdaContext()
+    )
+
+    # Then the retirement is no duplicate of the reboot: its lifecycle follows the reboot's on the record, timed by
+    # its own start
+    assert metric(capsys.readouterr().out, "LifecycleEventsDuplicate") in (None, 0)
+    (record,) = records()
+    assert datetime.fromisoformat(record["global_deadline"]) == reboot
+    successor = LifecycleRecord.model_validate(record["extra"][SUCCESSOR])
+    assert (successor.step, successor.global_deadline) == (Step.ACQUIRE_SLOT, retirement)
 
 
 def test_a_spot_instance_restarted_after_an_interruption_is_drained_again_at_the_next(

@@ -63,6 +63,22 @@ def test_scheduled_maintenance_strikes_at_its_start_time_in_aws_healths_date_for
     assert event.strikes_at == datetime(2026, 12, 7, 10, 0, tzinfo=UTC)
 
 
+@pytest.mark.parametrize(
+    ("type_code", "code"),
+    [
+        ("AWS_EC2_INSTANCE_RETIREMENT_SCHEDULED", "instance-retirement"),
+        ("AWS_EC2_SYSTEM_REBOOT_MAINTENANCE_SCHEDULED", "system-reboot"),
+        ("AWS_EC2_PERSISTENT_INSTANCE_RETIREMENT_SCHEDULED", None),  # (a type that names no EC2 event code)
+    ],
+)
+def test_scheduled_maintenance_carries_the_ec2_event_code_its_health_type_tells(
+    type_code: str, code: str | None
+) -> None:
+    event = load_event("eventbridge-health-scheduled-retirement.json")
+    event["detail"]["eventTypeCode"] = type_code
+    assert only(from_eventbridge(event)).code == code
+
+
 def test_a_health_event_of_another_kind_is_no_disruption() -> None:
     event = load_event("eventbridge-health-scheduled-retirement.json")
     event["detail"]["eventTypeCategory"] = "issue"
