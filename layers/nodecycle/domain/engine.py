@@ -59,7 +59,6 @@ from nodecycle.domain.model import (
     ENDS_ITS_INSTANCE,
     EXPIRY_UNTOLD,
     SETTLED_ELSEWHERE,
-    SUCCESSOR,
     WARM_POOL,
     LifecycleRecord,
     Step,
@@ -1196,9 +1195,11 @@ def _refused_to_the_last(
 def _successor_of(record: LifecycleRecord, now: datetime) -> LifecycleRecord:
     """A lifecycle done with a successor (another maintenance of the instance, told of while it ran: one
     record per instance and cause) is followed by it on the same record, under the same next ``seq``."""
-    successor = record.extra.get(SUCCESSOR)
-    if record.step is not Step.DONE or not isinstance(successor, dict):
+    if record.step is not Step.DONE:
+        return record
+    successor = record.successor
+    if successor is None:
         return record
     log.info("lifecycle %s done: the next one of its instance starts", record.id)
-    following = record.followed_by(LifecycleRecord.model_validate(successor))
+    following = record.followed_by(successor)
     return following.model_copy(update={"seq": record.seq, "updated_at": now})

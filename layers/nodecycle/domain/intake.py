@@ -135,7 +135,7 @@ def _with_successor(record: LifecycleRecord, later: LifecycleRecord) -> Lifecycl
     """``record`` with the lifecycle ``later`` among its successors, in the order of their starts; None when
     one of that start is there already."""
     found = record.extra.get(SUCCESSOR)
-    successor = LifecycleRecord.model_validate(found) if isinstance(found, dict) else None
+    successor = record.successor
     if successor is not None and later.global_deadline == successor.global_deadline:
         return None
     if successor is None or later.global_deadline < successor.global_deadline:

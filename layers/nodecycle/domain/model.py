@@ -404,6 +404,12 @@ class LifecycleRecord(ActionRef):
         """The starts of the maintenances earlier lifecycles on this record were for (DONE_STARTS)."""
         return frozenset(datetime.fromisoformat(str(at)) for at in self.extra.get(DONE_STARTS) or ())
 
+    @property
+    def successor(self) -> LifecycleRecord | None:
+        """The lifecycle that starts on this record once this one is done (SUCCESSOR), as it will be; None: none."""
+        found = self.extra.get(SUCCESSOR)
+        return LifecycleRecord.model_validate(found) if isinstance(found, dict) else None
+
     def followed_by(self, later: LifecycleRecord) -> LifecycleRecord:
         """``later``, the lifecycle that starts on this record once this one is over (the next maintenance of
         the instance), knowing what the lifecycles before it were for."""

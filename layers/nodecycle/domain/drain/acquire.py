@@ -37,7 +37,6 @@ from nodecycle.domain.model import (
     EARLIER_DRAIN,
     KEPT_ON_NODE,
     MAINTENANCE_LISTED,
-    SUCCESSOR,
     LifecycleRecord,
     Step,
     Transition,
@@ -349,7 +348,8 @@ class AcquireSlot:
             return None
         if starts and starts[0] <= record.global_deadline:
             return None
-        following = _successor_start(record)
+        successor = record.successor
+        following = None if successor is None else successor.global_deadline
         if not starts or (following is not None and following <= starts[0]):
             log.warning(
                 "EC2 lists no maintenance of %s by its start %s (%s; AWS Health told of it at %s): its node is not "
@@ -660,12 +660,6 @@ def _earlier_drain(record: LifecycleRecord) -> LifecycleRecord | None:
             "drain_started_at": datetime.fromisoformat(str(earlier["drain_started_at"])),
         }
     )
-
-
-def _successor_start(record: LifecycleRecord) -> datetime | None:
-    """The start of the maintenance whose lifecycle follows ``record``'s on its record (SUCCESSOR); None: none."""
-    found = record.extra.get(SUCCESSOR)
-    return LifecycleRecord.model_validate(found).global_deadline if isinstance(found, dict) else None
 
 
 def _waiting_deadline(record: LifecycleRecord, policy: DrainPolicy) -> datetime:
