@@ -444,13 +444,9 @@ class KubeServer:
         """The node's instance reboots (its root volume replaced under it): its kubelet is gone, its containers
         with it, until ``instance_started``. EC2 says running all the while, so the cloud provider never taints the
         node as shut down: only the node monitor's unreachable taints come, once its grace is over. False when
-        there is no such node (an instance whose kubelet never registered)."""
-        with self._store.lock:
-            if self._store.get(NODES, "", name) is None:
-                return False
-            self._controllers.kill_kubelet(name, self._node_monitor_grace)
-        self._poke()
-        return True
+        there is no such node (an instance whose kubelet never registered). To the server, as a termination: the
+        kubelet gone (what differs comes after, from EC2 and the cloud provider)."""
+        return self.instance_terminated(name)
 
     def instance_started(self, name: str) -> bool:
         """The node's instance runs again: its kubelet posts Ready, and the shutdown taint goes."""
