@@ -86,6 +86,10 @@ class Side(Protocol):
     cluster: Cluster
     events: Events
 
+    def settled(self) -> None:
+        """The cluster's own controllers done with what the last writes started (see ``the_node``)."""
+        ...
+
     def cordon_by_operator(self) -> None: ...
     def label_by_operator(self) -> None: ...
     def remove_node(self) -> None: ...
@@ -144,6 +148,9 @@ class FakeSide:
         current = self.fake.nodes[NODE]
         version = str(int(current.resource_version) + 1)
         self.fake.nodes[NODE] = current.model_copy(update={**changes, "resource_version": version})
+
+    def settled(self) -> None:
+        pass  # (no controllers)
 
     def cordon_by_operator(self) -> None:
         self._change(unschedulable=True)
@@ -234,11 +241,11 @@ class ServerSide:
     def close(self) -> None:
         self.admin.api_client.close()
 
+    def settled(self) -> None:
+        self.kube.settle()
+
     def cordon_by_operator(self) -> None:
         self.admin.patch_node(NODE, {"spec": {"unschedulable": True}})
-        # the node lifecycle controller then taints it unschedulable (TaintNodesByCondition), a write of its own: a
-        # read before that write lands is a version the claim conflicts with (a fresh-clone run met it once)
-        self.kube.settle()
 
     def label_by_operator(self) -> None:
         self.admin.patch_node(NODE, {"metadata": {"labels": {"team": "payments"}}})
@@ -328,6 +335,11 @@ def side(request: pytest.FixtureRequest) -> Iterator[Side]:
 
 
 def the_node(side: Side) -> NodeInfo:
+    # Read once the controllers are done: the node lifecycle controller taints a cordoned node unschedulable
+    # (kube-controller-manager's doNoScheduleTaintingPass), a write of its own after the cordon (an operator's, or a
+    # release that keeps it); a read before it lands holds a version the next claim conflicts with (two fresh-clone
+    # runs met it, in two of the cases). The product re-reads on a conflict; the cases read the node as it settles.
+    side.settled()
     found = side.cluster.get_node(NODE)
     assert found is not None
     return found
