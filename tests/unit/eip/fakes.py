@@ -237,7 +237,10 @@ class FakeAddresses:
 
     def left_behind(self, interface_ids: Collection[str]) -> set[str]:
         self._call("left_behind", interface_ids)
-        return set(interface_ids) - self.held_interfaces
+        # As EC2's DescribeNetworkInterfaces filtered by id: an interface it no longer has is not in the answer
+        # (an address's association went with it), so it is not left behind either
+        known = {interface for eip in self.eips.values() if (interface := eip.view().interface_id)}
+        return (set(interface_ids) & known) - self.held_interfaces
 
     def launched_at(self, instance_id: str) -> datetime | None:
         self._call("launched_at", instance_id)
