@@ -307,7 +307,10 @@ def work_event(*records: LifecycleRecord) -> dict[str, Any]:
 
 @pytest.fixture
 def ec2(stack: Stack, monkeypatch: pytest.MonkeyPatch) -> AwsLikeEc2:
-    """The client the eip function's EC2 adapter gets (instead of a plain moto client)."""
+    """The client the eip function's EC2 adapter gets (instead of a plain moto client), over moto with the
+    sandbox's EC2 emulations installed: without them a test that asks only the adapter would meet moto's own
+    answers, or the emulations, as the tests run before it in the same process decided."""
+    install()
     aws_like = AwsLikeEc2(boto3.client("ec2"))
     made = clients.client
     monkeypatch.setattr(clients, "client", lambda service: aws_like if service == "ec2" else made(service))
