@@ -2,9 +2,8 @@
 size): it has no place in line, asks again from outside, and was neither told on its node nor counted as waiting
 (``slot_waiting_since``). Its action's timeout holds all the same (near it the node is let in past the bounds, then
 forced). Its asks read the whole document (up to 900 KiB) every BudgetRetrySeconds, more often than the last of the
-2,000 waiters inside it ask. And first come, first served does not hold for it: when a place frees, whoever asks
-first takes it, a node that came an hour later included (the runbook's BudgetQueueFullAlarm says so; the budget's to
-fix, now that its asks carry since when it waits: see the strict xfail below)."""
+2,000 waiters inside it ask. First come, first served holds for it all the same: its asks carry since when it
+waits, so when a place frees it goes before a node that came after it (the last test)."""
 
 from __future__ import annotations
 
