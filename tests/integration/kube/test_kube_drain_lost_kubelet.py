@@ -8,10 +8,10 @@ from __future__ import annotations
 
 from datetime import UTC, datetime, timedelta
 
-from kubernetes.client import CoreV1Api
+from kubernetes.client import CoreV1Api, PolicyV1Api
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
-from nodecycle.domain.drain.evict import Evict
+from nodecycle.domain.drain.evict import CHECK_NODE_AFTER, Evict
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.ports.cluster import PodInfo
 from nodecycle_sandbox.aws.group import wait_for
@@ -117,3 +117,55 @@ def test_a_lost_nodes_unhealthy_pods_are_blocked_by_their_budget_until_the_timeo
     done = step(record, start + TIMEOUT + timedelta(seconds=6))
     assert all(server.get_object("pods", p.name, "shop") is not None for p in lost_pods)
     assert done.changes["outcome"] == "drain-timeout-forced; 2 pods left terminating (node not ready)"
+
+
+def test_a_lost_nodes_unhealthy_pods_under_a_budget_that_always_lets_them_go_are_evicted_and_left_long_before_the_timeout(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given the same budget, with unhealthyPodEvictionPolicy AlwaysAllow (policy/v1, GA in 1.31: kube-apiserver's
+    # eviction deletes a pod that is not Ready without looking at the budget's room), both nodes cordoned, and the
+    # kubelet of one lost: its two web pods not Ready, the budget at 2 healthy of the 3 it needs
+    admin = CoreV1Api(server.api_client())
+    PolicyV1Api(server.api_client()).patch_namespaced_pod_disruption_budget(
+        "web", "shop", {"spec": {"unhealthyPodEvictionPolicy": "AlwaysAllow"}}
+    )
+    for node in (LOST, OTHER):
+        admin.patch_node(node, {"spec": {"unschedulable": True}})
+    lost_pods, other_pods = web_pods(cluster, LOST), web_pods(cluster, OTHER)
+    server.kill_kubelet(LOST, grace_seconds=0)
+    wait_for(lambda: healthy(server) == 2, 10, "the budget to count the lost node's pods unhealthy")
+    start = datetime.now(UTC)
+    events, metrics = FakeEvents(), FakeMetrics()
+    step = evict(cluster, LOST, LOST_INSTANCE, events, metrics)
+    record = draining(LOST, LOST_INSTANCE, start)
+
+    # When the lost node is drained
+    first = step(record, start)
+    record = record.model_copy(update=first.changes)
+
+    # Then its unhealthy pods are evicted whatever the budget's room: being deleted, with no kubelet to stop them,
+    # and nothing told blocked
+    assert (first.then, first.again) == (None, True)
+    assert metrics.counts["PodsEvicted"] == 2
+    assert "EvictionsBlockedByPdb" not in metrics.counts
+    assert all(
+        (server.get_object("pods", p.name, "shop") or {})["metadata"].get("deletionTimestamp")
+        for p in lost_pods
+    )
+    # And the other node's Ready pods are still held by the budget: the policy lets only unhealthy pods go
+    other_metrics = FakeMetrics()
+    other = evict(cluster, OTHER, OTHER_INSTANCE, FakeEvents(), other_metrics)(
+        draining(OTHER, OTHER_INSTANCE, start), start
+    )
+    assert (other.then, other.again) == (None, True)
+    assert other_metrics.counts["EvictionsBlockedByPdb"] == 2
+    assert all(server.get_object("pods", p.name, "shop") is not None for p in other_pods)
+
+    # When the drain looks again once its evictions are overdue on the node Ready=Unknown
+    done = step(record, start + CHECK_NODE_AFTER + timedelta(seconds=1))
+
+    # Then it waits for them no longer, long before its timeout: no timeout counted, no force
+    assert all(server.get_object("pods", p.name, "shop") is not None for p in lost_pods)
+    assert done.changes["outcome"] == "drained; 2 pods left terminating (node not ready)"
+    assert "DrainTimeouts" not in metrics.counts
+    assert done.changes.get("forced_at") is None
