@@ -6,10 +6,12 @@ server mode and under `mock_aws` alike, so adding methods to the class is all it
 
 from __future__ import annotations
 
+import time
 from typing import TYPE_CHECKING
 
 from moto.core.responses import ActionResult, EmptyResult
 
+from nodecycle_sandbox.aws.activities import ActivityQuery, describe_activities
 from nodecycle_sandbox.aws.lifecycle import emulator_for
 from nodecycle_sandbox.aws.refresh import DEFAULT_MIN_HEALTHY_PERCENTAGE, ROLLING
 from nodecycle_sandbox.aws.warm_pool import check_pool_state, pool_instances, pool_page
@@ -126,6 +128,32 @@ def describe_warm_pool(self: AutoScalingResponse) -> ActionResult:
         return ActionResult(result)
 
 
+def describe_scaling_activities(self: AutoScalingResponse) -> ActionResult:
+    """DescribeScalingActivities over the emulated groups' activities (moto answers an empty list): see
+    activities.py for what AWS documents of it."""
+    emulator = emulator_for(self.autoscaling_backend)
+    params = self._get_params()
+    query = ActivityQuery(
+        group=params.get("AutoScalingGroupName"),
+        activity_ids=list(params.get("ActivityIds") or []),
+        include_deleted=str(params.get("IncludeDeletedGroups", "false")).lower() == "true",
+        max_records=params.get("MaxRecords"),
+        next_token=params.get("NextToken"),
+        filters=list(params.get("Filters") or []),
+    )
+    with emulator.lock:
+        groups = self.autoscaling_backend.autoscaling_groups
+
+        def state_of(instance_id: str) -> str | None:
+            found = emulator.find_state(instance_id)
+            return None if found is None else str(found[1].lifecycle_state)
+
+        page = describe_activities(
+            list(emulator.activities), query, time.time(), state_of, lambda name: name in groups
+        )
+    return ActionResult(page)
+
+
 OPERATIONS = (
     complete_lifecycle_action,
     record_lifecycle_action_heartbeat,
@@ -135,4 +163,5 @@ OPERATIONS = (
     cancel_instance_refresh,
     put_warm_pool,
     describe_warm_pool,
+    describe_scaling_activities,
 )

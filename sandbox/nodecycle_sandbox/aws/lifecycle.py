@@ -21,6 +21,7 @@ import time
 import uuid
 from collections.abc import Callable
 from dataclasses import dataclass
+from datetime import UTC, datetime
 from typing import TYPE_CHECKING, Any, Protocol
 
 from moto.autoscaling.exceptions import AutoscalingClientError, ValidationError
@@ -35,6 +36,9 @@ from moto.sns.models import sns_backends
 from moto.sqs.models import sqs_backends
 
 from nodecycle_sandbox.aws import hook_role, notifications
+from nodecycle_sandbox.aws.activities import LAUNCHING as LAUNCHING_ACTIVITY
+from nodecycle_sandbox.aws.activities import TERMINATING as TERMINATING_ACTIVITY
+from nodecycle_sandbox.aws.activities import ScalingActivity
 from nodecycle_sandbox.aws.disruptions import DisruptionEmulator
 from nodecycle_sandbox.aws.nodes import NodePlan, NodeRegistry, register_node
 from nodecycle_sandbox.aws.records import (
@@ -150,6 +154,12 @@ class LifecycleEmulator:
         self.actions: dict[str, ActionRecord] = {}
         self.instances: dict[str, InstanceHistory] = {}
         self.refreshes: dict[str, InstanceRefresh] = {}
+        # The groups' scaling activities (DescribeScalingActivities): an instance's launch into its group, its
+        # termination; each begins before the hooks hold the instance, and ends with it in service or gone
+        self.activities: list[ScalingActivity] = []
+        self._open_activities: dict[
+            tuple[str, str], ScalingActivity
+        ] = {}  # (instance, description) -> open one
         self._rounds: dict[tuple[str, str], list[str]] = {}
         self._joined: set[str] = set()  # instances whose node was registered (they entered their group once)
         self._scheduler: Scheduler | None = None
@@ -330,6 +340,12 @@ class LifecycleEmulator:
             launched_at=time.time(),
         )
         if destination == GROUP:
+            self._activity(
+                group,
+                state,
+                LAUNCHING_ACTIVITY,
+                "an instance was started in response to a difference between desired and actual capacity",
+            )
             self.join(state)
         self.enter(group, state, origin=EC2, destination=destination)
 
@@ -433,6 +449,7 @@ class LifecycleEmulator:
 
     def _put_in_service(self, group: FakeAutoScalingGroup, state: InstanceState) -> None:
         state.lifecycle_state = "InService"
+        self._activity_ended(state.instance.id, LAUNCHING_ACTIVITY, "Successful")
         self.instances[state.instance.id].in_service_at = time.time()
         self._progress(group.name)
 
@@ -449,6 +466,9 @@ class LifecycleEmulator:
             if history is not None:
                 history.terminate_started_at = time.time()
                 history.termination_cause = cause
+            self._activity(
+                group, state, TERMINATING_ACTIVITY, f"an instance was taken out of service ({cause})"
+            )
             hooks = self.hooks(group.name, TERMINATING)
             if not hooks:
                 self.terminate_now(group, state)
@@ -474,6 +494,8 @@ class LifecycleEmulator:
         """The instance stops existing: its actions end and its node leaves the cluster."""
         for transition in TRANSITIONS:
             self._cancel_round(instance_id, transition)
+        self._activity_ended(instance_id, LAUNCHING_ACTIVITY, "Cancelled")
+        self._activity_ended(instance_id, TERMINATING_ACTIVITY, "Successful")
         history = self.instances.get(instance_id)
         if history is None or history.terminated_at is not None:
             return
@@ -490,6 +512,30 @@ class LifecycleEmulator:
                 timer.start()
             else:
                 self.nodes.remove_node(history.node_name)
+
+    def _activity(
+        self, group: FakeAutoScalingGroup, state: InstanceState, description: str, cause: str
+    ) -> None:
+        """A scaling activity of ``group`` for the instance begins (see activities.py)."""
+        now = time.time()
+        at = datetime.fromtimestamp(now, tz=UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+        activity = ScalingActivity(
+            group=group.name,
+            group_arn=group.arn,
+            instance_id=state.instance.id,
+            description=description,
+            cause=f"At {at} {cause}.",
+            zone=_zone(state),
+            started_at=now,
+        )
+        self.activities.append(activity)
+        self._open_activities[(activity.instance_id, description)] = activity
+
+    def _activity_ended(self, instance_id: str, description: str, status: str) -> None:
+        """The instance's open activity of that kind, if any, ends now with ``status``."""
+        activity = self._open_activities.pop((instance_id, description), None)
+        if activity is not None:
+            activity.ended_at, activity.status = time.time(), status
 
     def instance_stopped(self, instance_id: str) -> None:
         """The instance stopped (by anyone, or by a maintenance): its node stays, and goes NotReady."""
