@@ -130,6 +130,9 @@ class _Autoscaling:
     def complete(self, action: ActionRef, result: ActionResult) -> bool:
         raise AssertionError("a waiter completes nothing")
 
+    def activity_started(self, group: str, instance_id: str, since: datetime) -> datetime | None:
+        raise AssertionError("a waiter carries nothing over")
+
     def hook(self, group: str, name: str) -> Hook | None:
         return None
 

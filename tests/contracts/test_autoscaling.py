@@ -20,6 +20,7 @@ import time
 import uuid
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
 import pytest
@@ -59,6 +60,8 @@ class Side(Protocol):
     def hold(self) -> Held: ...
 
     def advance(self, seconds: float) -> None: ...
+
+    def now(self) -> datetime: ...
 
     def lag(self, instance_id: str) -> None:
         """DescribeAutoScalingInstances still says the instance is ``Terminating``, not yet in the wait state
@@ -103,6 +106,9 @@ class FakeSide(Side):
     def advance(self, seconds: float) -> None:
         self.clock.advance(seconds)
 
+    def now(self) -> datetime:
+        return self.clock.now()
+
     def lag(self, instance_id: str) -> None:
         self.fake.states[instance_id] = "Terminating"
 
@@ -119,7 +125,7 @@ class Emulation(Side):
         heartbeat: int = HEARTBEAT,
     ) -> None:
         self.control = control
-        self.now = time.time()
+        self.seconds = time.time()
         monkeypatch.setattr(lifecycle, "time", self)
         self.autoscaling = aws("autoscaling")
         self.group = f"workers-{uuid.uuid4().hex[:8]}"
@@ -135,7 +141,7 @@ class Emulation(Side):
         self.bus = bus
 
     def time(self) -> float:
-        return self.now
+        return self.seconds
 
     def hold(self) -> Held:
         self.asg.set_desired(len(self.asg.instances()) + 2)
@@ -151,7 +157,10 @@ class Emulation(Side):
         return Held(named[0], other, named[1])
 
     def advance(self, seconds: float) -> None:
-        self.now += seconds
+        self.seconds += seconds
+
+    def now(self) -> datetime:
+        return datetime.fromtimestamp(self.seconds, UTC)
 
     def lag(self, instance_id: str) -> None:
         found = self.control.emulator.find_state(instance_id)
@@ -373,6 +382,25 @@ def test_the_global_timeout_is_48_hours_at_most(side_of_an_hour: Side) -> None:
 
 
 # -- reading hooks, tags, the held instances ----------------------------------------------------------
+
+
+def test_the_group_dates_what_it_does_with_a_held_instance(side: Side) -> None:
+    # Given an instance the terminate hooks hold, and one in service
+    since = side.now() - timedelta(seconds=GLOBAL)
+    held = side.hold()
+    began = side.port.activity_started(side.group, held.action.instance_id, since)
+
+    # Then the group's activity that holds the first began no later than its action (now); nothing is under way for
+    # the one in service, nor anything begun after the bound asked
+    assert began is not None
+    assert since <= began <= side.now()
+    side.advance(60)
+    assert side.port.activity_started(side.group, held.other_instance, since) is None
+    assert side.port.activity_started(side.group, held.action.instance_id, side.now()) is None
+    # ... and once its actions are over, nothing is under way for it either
+    assert side.port.complete(held.action, ActionResult.CONTINUE)
+    assert side.port.complete(held.other_hook, ActionResult.CONTINUE)
+    assert side.port.activity_started(side.group, held.action.instance_id, since) is None
 
 
 def test_hooks_and_tags_of_a_known_group(side: Side) -> None:

@@ -1,6 +1,10 @@
 """Each function's role, as the template writes it, is granted the calls of the paths no sandbox run takes: AWS
 refuses the rest (AccessDenied), which the sandbox's IAM enforcement shows only where a test goes.
 
+The drain dates the action a crossed lifecycle is carried over to by the group's activity that holds its instance
+(domain/drain/cleanup.py ``_own_action_began``: ``AutoscalingActions.activity_started``, DescribeScalingActivities);
+refused, the lifecycle is not carried over and the action is left to the sweeper's adoption.
+
 Intake confirms where Auto Scaling holds an action before it lets a message take over a token taken in under other
 naming (domain/intake.py ``_conflicting``: ``AutoscalingActions.confirm``), and tells whether a late event's action
 timed out by its instance's lifecycle state (``_timed_out_so``: ``lifecycle_state``). Both read
@@ -9,6 +13,7 @@ the intake dead-letter queue."""
 
 from __future__ import annotations
 
+from datetime import UTC, datetime, timedelta
 from typing import Any
 
 import boto3
@@ -27,6 +32,7 @@ from .test_template_parameters import ROOT
 
 ACCOUNT = "123456789012"
 KEY = "AKIATEMPLATEINTAKE01"  # this module's own
+DRAIN_KEY = "AKIATEMPLATEDRAIN001"
 GROUP = "nodes-general"
 ACTION = ActionRef(
     group=GROUP,
@@ -37,10 +43,9 @@ ACTION = ActionRef(
 )
 
 
-@pytest.fixture
-def intake_role(stack: Stack) -> Any:
-    """An Auto Scaling client of the intake function's role as the template grants it (moto with the sandbox's
-    IAM enforcement), in an account with one managed group."""
+def role_client(role_name: str, key: str) -> Any:
+    """An Auto Scaling client of ``role_name`` as the template grants it (moto with the sandbox's IAM enforcement),
+    in an account with one managed group."""
     install()
     boto3.client("ec2").create_launch_template(
         LaunchTemplateName="nodes",
@@ -54,12 +59,22 @@ def intake_role(stack: Stack) -> Any:
         AvailabilityZones=["eu-west-1a"],
     )
     template = load_template(ROOT / "template.yaml")
-    role = offline_roles(template, {"ManagedGroups": GROUP, "ClusterName": "prod"})["IntakeFunctionRole"]
+    role = offline_roles(template, {"ManagedGroups": GROUP, "ClusterName": "prod"})[role_name]
     IDENTITIES.register(
         roles=[role],
-        keys=[{"access_key": KEY, "role_arn": role["arn"], "session_name": "intake", "account": ACCOUNT}],
+        keys=[{"access_key": key, "role_arn": role["arn"], "session_name": role_name, "account": ACCOUNT}],
     )
-    return boto3.client("autoscaling", aws_access_key_id=KEY, aws_secret_access_key="intake")
+    return boto3.client("autoscaling", aws_access_key_id=key, aws_secret_access_key=role_name)
+
+
+@pytest.fixture
+def intake_role(stack: Stack) -> Any:
+    return role_client("IntakeFunctionRole", KEY)
+
+
+@pytest.fixture
+def drain_role(stack: Stack) -> Any:
+    return role_client("DrainFunctionRole", DRAIN_KEY)
 
 
 def test_intake_may_read_where_an_instance_waits(intake_role: Any) -> None:
@@ -72,6 +87,13 @@ def test_intake_may_confirm_an_action_whose_token_was_taken_in_under_other_namin
     # Given the intake role, When it confirms where Auto Scaling holds an action (a token conflict),
     # Then the look is answered (no such action held there), not refused
     assert AutoscalingActions(intake_role).confirm(ACTION) is False
+
+
+def test_the_drain_may_read_when_the_action_it_carries_a_drain_over_to_began(drain_role: Any) -> None:
+    # Given the drain's role, When it reads the group's activities (a crossed lifecycle carried over to the action
+    # the hook holds its instance by: domain/drain/cleanup.py), Then Auto Scaling answers (none names the instance)
+    since = datetime.now(UTC) - timedelta(hours=48)
+    assert AutoscalingActions(drain_role).activity_started(GROUP, ACTION.instance_id, since) is None
 
 
 @pytest.mark.parametrize("role_name", ["EipFunctionRole", "SweeperFunctionRole"])

@@ -378,6 +378,22 @@ class FakeAutoscaling:
     def hooks_of(self, group: str) -> dict[str, Hook]:
         return {name: hook for (g, name), hook in self.hooks.items() if g == group}
 
+    def activity_started(self, group: str, instance_id: str, since: datetime) -> datetime | None:
+        """As DescribeScalingActivities tells it: the start (``started``, T0 unless told) of the latest action still
+        active of the instance under a hook of ``group`` (its first use's, unless issued with one), begun since
+        ``since``; None when there is none."""
+        starts = [
+            self.started.get(token, T0)
+            for token, instance in self.issued.items()
+            if instance == instance_id
+            and self._hooks_of.get(token, (group, ""))[0] == group
+            and self.active
+            and all(done.token != token for done, _ in self.completed)
+            and token not in self._ended
+            and self.clock.now() < self.expires_at(token)
+        ]
+        return max((start for start in starts if start >= since), default=None)
+
     def waiting_instances(self, names: tuple[str, ...], owner: str | None) -> list[WaitingInstance]:
         """As DescribeAutoScalingGroups filters them: the groups named, and those tagged for ``owner``."""
         self.listings.append((names, owner))

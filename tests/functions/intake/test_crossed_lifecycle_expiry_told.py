@@ -152,12 +152,6 @@ def test_a_crossed_lifecycle_whose_token_ended_pages_an_expiry_only_when_nothing
         assert metrics.counts["LifecycleActionsCarriedOver"] == 0
 
 
-@pytest.mark.xfail(
-    strict=True,
-    reason="a carried-over lifecycle keeps the global deadline of the crossed message (its token's action, dated by "
-    "its sender), not the instance's own action's: no API the drain may call tells when that action started "
-    "(DescribeAutoScalingInstances gives no times; DescribeScalingActivities does, not emulated nor allowed yet)",
-)
 def test_a_carried_over_lifecycle_is_guarded_by_a_deadline_no_later_than_its_instances_own_action(
     sandbox: Sandbox,  # noqa: F811
     stack: Stack,

@@ -100,7 +100,13 @@ INTAKE_CONFIRMS = (
     "event whose action Auto Scaling no longer holds; no such event here (tests/functions/test_template_role_calls.py "
     "makes both calls under the template's policy)"
 )
+CARRY_OVER = (
+    "the date of the action a crossed lifecycle is carried over to (DescribeScalingActivities): no message here names "
+    "an instance with another's token (tests/functions/test_template_role_calls.py makes the call under the "
+    "template's policy)"
+)
 NOT_EXERCISED = {
+    "DrainFunctionRole/drain:ScalingActivities": CARRY_OVER,
     "IntakeFunctionRole/intake:InstanceLifecycleState": INTAKE_CONFIRMS,
     "IntakeFunctionRole/intake:SendWork on arn:aws:sqs:eu-west-1:123456789012:nodecycle-IntakeDeadLetterQueue": (
         INTAKE_FAILURE

@@ -10,7 +10,7 @@ hook's action of the instance is what the drain was for after all: the drain goe
 from __future__ import annotations
 
 import json
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -18,7 +18,7 @@ from nodecycle.domain.completion import CompleteAction
 from nodecycle.domain.drain.common import RELEASE_FAILING_FOR
 from nodecycle.domain.engine import DRAIN_RETRY_CAP_SECONDS, advance
 from nodecycle.domain.errors import TransientError
-from nodecycle.domain.model import CARRIED_OVER, ActionRef, LifecycleRecord, Step
+from nodecycle.domain.model import CARRIED_OVER, ActionRef, LifecycleRecord, Step, global_deadline
 from tests.support.fakes import T0, FakeAutoscaling, FakeMetrics
 from tests.unit.drain.test_drain_steps import (
     INSTANCE,
@@ -128,6 +128,53 @@ def test_a_lifecycle_whose_action_ended_is_cleaned_up_as_ever_when_nothing_is_le
     else:
         assert cluster.patches == [{"owner": None, "in_progress": None, "released_for": record.id}]
     assert autoscaling.heartbeats == []  # (none accepted: nothing renewed for the instance)
+
+
+def test_a_carried_over_lifecycle_is_guarded_by_the_global_timeout_of_the_action_it_goes_on_for() -> None:
+    # Given the crossed lifecycle at its cleanup, its global deadline reckoned from its message (T0), and the hook
+    # holding its instance under the instance's own action, begun three minutes before (as the group's activity
+    # that holds the instance tells: DescribeScalingActivities)
+    record, cluster = crossed_at_its_cleanup()
+    autoscaling = FakeAutoscaling(issued={})
+    began = T0 - timedelta(minutes=3)
+    autoscaling.issue(OWN, INSTANCE, at=began, hook=("nodes", "terminate"))
+
+    # When its cleanup carries it over
+    now = T0 + timedelta(seconds=60)
+    carried = advance(record, cleanup(cluster, FakeSlots(holders={NODE}), autoscaling)(record, now), now)
+
+    # Then it goes on under that action's global timeout, the earlier: Auto Scaling applies the hook's default
+    # result then, whatever the drain waits for
+    assert carried.extra[CARRIED_OVER] == record.token
+    assert (
+        carried.global_deadline == global_deadline(began, record.heartbeat_timeout) < record.global_deadline
+    )
+    assert carried.heartbeat_deadline <= carried.global_deadline
+
+
+class Undated(FakeAutoscaling):
+    """Auto Scaling that lists no activity naming the instance (nothing dates the action the hook holds it by)."""
+
+    def activity_started(self, group: str, instance_id: str, since: datetime) -> datetime | None:
+        return None
+
+
+def test_a_lifecycle_is_not_carried_over_to_an_action_nothing_dates() -> None:
+    # Given the crossed lifecycle at its cleanup, the hook holding its instance, but no activity of the group naming
+    # the instance (its action's start unknown: a deadline kept from the crossed message may be past Auto Scaling's)
+    record, cluster = crossed_at_its_cleanup()
+    slots = FakeSlots(holders={NODE})
+    autoscaling = Undated(issued={})
+    autoscaling.issue(OWN, INSTANCE, hook=("nodes", "terminate"))
+
+    # When its cleanup runs
+    outcome = cleanup(cluster, slots, autoscaling)(record, T0 + timedelta(seconds=60))
+
+    # Then it ends as any cleanup (the expiry told, the action left to the sweeper's adoption): claim cleared, slot
+    # given back
+    assert outcome.then is None
+    assert cluster.patches == [{"owner": None, "in_progress": None, "released_for": record.id}]
+    assert slots.released == [NODE]
 
 
 class ThrottledFirst(FakeAutoscaling):

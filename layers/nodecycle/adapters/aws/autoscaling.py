@@ -96,6 +96,13 @@ def _unknown_group(error: ClientError, group: str) -> None:
     )
 
 
+def _names(description: str, instance_id: str) -> bool:
+    """Whether an activity's Description ("Terminating EC2 instance: i-...") names the instance: the id after its
+    colon, whole (an id may begin with another, shorter one)."""
+    _, _, named = description.partition(": ")
+    return named.split(" ", 1)[0] == instance_id
+
+
 def _hook(described: Any) -> Hook:
     return Hook(
         transition=Transition(described["LifecycleTransition"]),
@@ -415,6 +422,31 @@ class AutoscalingActions:
             return frozenset(
                 group["AutoScalingGroupName"] for page in pages for group in page["AutoScalingGroups"]
             )
+
+    def activity_started(self, group: str, instance_id: str, since: datetime) -> datetime | None:
+        """DescribeScalingActivities of ``group`` begun since ``since`` (its StartTimeLowerBound filter), in pages of
+        up to 100: the StartTime of the latest one still in progress (no EndTime) whose Description names the
+        instance ("Terminating EC2 instance: i-..." for a termination: "Verify a scaling activity for an Auto Scaling
+        group", Amazon EC2 Auto Scaling user guide). Any activity naming it, not a termination's wording alone: a
+        root volume replacement's is not documented. The activity begins before the hooks hold the instance, so its
+        start is no later than the action's (an action's own start is told by its event alone). Activities are
+        kept six weeks, longer than any action lives; a group Auto Scaling no longer knows lists none."""
+        with transient_errors("reading when a group began what it does with an instance"):
+            pages = (
+                self._asg()
+                .get_paginator("describe_scaling_activities")
+                .paginate(
+                    AutoScalingGroupName=group,
+                    Filters=[{"Name": "StartTimeLowerBound", "Values": [since.isoformat()]}],
+                )
+            )
+            starts = [
+                activity["StartTime"]
+                for page in pages
+                for activity in page.get("Activities", [])
+                if "EndTime" not in activity and _names(activity.get("Description", ""), instance_id)
+            ]
+        return max(starts) if starts else None
 
     def _listed(self, instance_id: str, doing: str) -> tuple[str | None, str | None]:
         """The group that lists the instance and its lifecycle state there (DescribeAutoScalingInstances); None

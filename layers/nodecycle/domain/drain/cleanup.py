@@ -37,6 +37,7 @@ from nodecycle.domain.model import (
     LifecycleRecord,
     Step,
     Transition,
+    global_deadline,
     may_carry_over,
 )
 from nodecycle.domain.ports.budget import Slots
@@ -329,6 +330,7 @@ class Cleanup:
         carried = {**record.extra, CARRIED_OVER: record.token}
         try:
             held = self._autoscaling.heartbeat(record.model_copy(update={"extra": carried}).action)
+            began = self._own_action_began(record, now) if held else None
         except TransientError as error:
             # Not answered: asked again at once for a while, as a release that fails. On a clock of its own: on the
             # release's (RELEASE_FAILING), a question throttled for a few seconds used up the release's tries at
@@ -355,6 +357,18 @@ class Cleanup:
         if not held:
             return None
         self._metrics.count("Heartbeats")
+        if began is None:
+            # (no activity of the group names the instance: nothing dates the action the hook holds, and a
+            # deadline kept from the crossed message may be later than Auto Scaling's. Cleaned up as ever, the
+            # expiry told: the sweeper adopts that action, dated by the listings that did not show it)
+            log.warning(
+                "hook %s still holds instance %s, but Auto Scaling lists no activity of group %s that names it: "
+                "its action's start is unknown, the lifecycle is not carried over",
+                record.hook,
+                record.instance_id,
+                record.group,
+            )
+            return None
         log.warning(
             "the action of token %s is over, but hook %s still holds instance %s under another action: the "
             "lifecycle was taken in from a message that named the instance with another's token; its drain of "
@@ -367,16 +381,30 @@ class Cleanup:
         # (its expiry told as carried over by this outcome's commit: see engine.gone_counted)
         dropped = (EXPIRY_UNTOLD, CARRY_OVER_FAILING, RELEASE_FAILING)
         kept = {key: value for key, value in carried.items() if key not in dropped}
-        renewed = record.renewed(self._autoscaling.renewed_at(now))
+        # Guarded by the global timeout of the action it now goes on for: the crossed message's was reckoned from
+        # that message's time (the other instance's action, or whatever its sender wrote), which may be later than
+        # this action's start; Auto Scaling applies the hook's default result at this action's, however long the
+        # drain. The earlier of the two (the activity begins a little before the action it holds the instance by).
+        deadline = min(record.global_deadline, global_deadline(began, record.heartbeat_timeout))
+        guarded = record.model_copy(update={"global_deadline": deadline})
+        renewed = guarded.renewed(self._autoscaling.renewed_at(now))
         return Outcome.goto(
             Step.EVICT,
             outcome=None,
             extra=kept,
             verified_at=now,
+            global_deadline=deadline,
             heartbeat_deadline=renewed.heartbeat_deadline,
             heartbeats=renewed.heartbeats,
             heartbeat_retry_at=None,
         )
+
+    def _own_action_began(self, record: LifecycleRecord, now: datetime) -> datetime | None:
+        """No later than when the action the hook holds ``record``'s instance by began: the start of the group's
+        activity that holds it (DescribeScalingActivities; no other API dates an action). Looked for over the last
+        global timeout: an action begun before that is over."""
+        reach = global_deadline(now, record.heartbeat_timeout) - now
+        return self._autoscaling.activity_started(record.group, record.instance_id, now - reach)
 
     def _watch(
         self,

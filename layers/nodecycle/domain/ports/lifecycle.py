@@ -230,6 +230,14 @@ class Autoscaling(Protocol):
         ``owner`` is given): read in pages, not per group or instance."""
         ...
 
+    def activity_started(self, group: str, instance_id: str, since: datetime) -> datetime | None:
+        """When ``group`` began what it is doing with the instance now (its unfinished scaling activity that names
+        the instance, the latest begun since ``since``): no later than the start of the lifecycle action a hook
+        holds the instance by in it, as the group begins a termination before its hooks hold the instance. None
+        when it lists none. Read in pages; asked only where no event dated the action (a carried-over
+        lifecycle's)."""
+        ...
+
     def lifecycle_state(self, instance_id: str) -> str | None:
         """The instance's lifecycle state in its group (``InService``, ``Terminating:Wait``...); None when
         no group has it (any more)."""
