@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 import uuid
 from collections.abc import Iterator
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from datetime import UTC, datetime, timedelta
 from typing import Any, Protocol
 
@@ -401,6 +401,40 @@ def test_the_group_dates_what_it_does_with_a_held_instance(side: Side) -> None:
     assert side.port.complete(held.action, ActionResult.CONTINUE)
     assert side.port.complete(held.other_hook, ActionResult.CONTINUE)
     assert side.port.activity_started(side.group, held.action.instance_id, since) is None
+
+
+def test_a_group_of_many_activities_is_read_only_as_far_as_those_in_progress(
+    emulation: tuple[AwsControl, RecordingBus], monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given an instance the hooks hold, in a group that went through hundreds of activities over since (a refresh)
+    side = Emulation(*emulation, monkeypatch)
+    held = side.hold()
+    (begun,) = [
+        a
+        for a in side.control.emulator.activities
+        if a.instance_id == held.action.instance_id and a.status is None
+    ]
+    side.control.emulator.activities += [
+        replace(
+            begun,
+            activity_id=str(uuid.uuid4()),
+            instance_id=f"i-{n:017x}",
+            ended_at=side.seconds,
+            status="Successful",
+        )
+        for n in range(250)
+    ]
+    calls: list[str] = []
+    side.autoscaling.meta.events.register(
+        "before-call.autoscaling.DescribeScalingActivities", lambda **_: calls.append("call")
+    )
+
+    # When the activity that holds it is read
+    began = side.port.activity_started(side.group, held.action.instance_id, side.now() - timedelta(hours=1))
+
+    # Then it is found on the first page (those in progress come first), without reading the pages of those over
+    assert began == datetime.fromtimestamp(begun.started_at, UTC)
+    assert calls == ["call"]
 
 
 def test_hooks_and_tags_of_a_known_group(side: Side) -> None:
