@@ -18,6 +18,7 @@ from nodecycle.domain.sweep.budget_entries import StaleBudgetEntries
 from nodecycle.domain.sweep.lifecycles import LifecycleRepair
 from nodecycle.domain.sweep.nodes import SweepNodes
 from nodecycle.domain.sweep.orphans import OrphanedActions
+from nodecycle.domain.sweep.shared_owner import OtherStacks
 from nodecycle.domain.sweep.sweep_time import SHARES, SweepTime
 from nodecycle.domain.sweep.sweeper import Counts, Sweeper, SweepPart
 from nodecycle.observability import PowertoolsMetrics, metrics
@@ -106,6 +107,10 @@ def sweeper() -> Sweeper:
         # (one list of the nodes' metadata in a sweep, for the budget's part and the annotations')
         nodes = SweepNodes(drain.cluster(config))
         fresh.append(nodes.forget)
+        # (what tells another stack's lifecycle under this owner id from one over: see domain/sweep/shared_owner)
+        others = OtherStacks(
+            owner=config.owner_id, membership=ports.autoscaling.membership, manages_group=groups.manages_group
+        )
         parts["budget"] = StaleBudgetEntries(
             budget=drain.budget(config, ports),
             records=ports.records,
@@ -113,9 +118,10 @@ def sweeper() -> Sweeper:
             nodes_now=nodes.nodes_now,
             alive_instances=Ec2Instances().alive,
             waker=ports.dispatcher(),
+            others=others,
         )
         parts["annotations"] = LeftoverAnnotations(
-            owner=config.owner_id, cluster=nodes, records=ports.records, metrics=ports.metrics
+            owner=config.owner_id, cluster=nodes, records=ports.records, metrics=ports.metrics, others=others
         )
     # Always, even with EIPs off now: addresses left from when they were on still need freeing.
     parts["addresses"] = _addresses_part(eip.address_sweep(config, ports))

@@ -12,8 +12,9 @@ from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.model import LifecycleRecord
 from nodecycle.domain.ports.budget import SweepableBudget
 from nodecycle.domain.ports.lifecycle import RecordStore
+from nodecycle.domain.sweep.shared_owner import Foreign, OtherStacks
 from nodecycle.domain.sweep.sweep_time import SweepTime
-from nodecycle.domain.sweep.sweeper import Counts, SweepFailed, lifecycle_over, listed_or_none
+from nodecycle.domain.sweep.sweeper import Counts, SweepFailed, listed_or_none, record_over
 
 log = logging.getLogger(__name__)
 
@@ -31,9 +32,13 @@ class StaleBudgetEntries:
         alive_instances: Callable[[Collection[str]], set[str]],
         waker: Dispatcher,
         nodes_now: Callable[[Collection[str]], set[str]] | None = None,
+        others: OtherStacks | None = None,
     ) -> None:
         """``node_names`` lists the nodes, perhaps from a cache behind them; ``nodes_now`` tells which of the nodes
-        missing there are nodes now, each read again (None: the list is the nodes as they are)."""
+        missing there are nodes now, each read again (None: the list is the nodes as they are); ``others`` tells
+        an entry whose lifecycle is missing from the records that another stack of this owner id holds (None: the
+        lifecycle of every such entry is over)."""
+        self._others = others
         self._budget = budget
         self._records = records
         self._node_names = node_names
@@ -47,6 +52,7 @@ class StaleBudgetEntries:
         open_ids = {record.id: record.token for record in listed_or_none(open_records, "budget")}
         unread: list[str] = []
         unasked: list[str] = []  # what could not be asked: the nodes' list, EC2
+        foreign: dict[str, Foreign] = {}  # another stack's, of this owner id: kept (see shared_owner)
         unjudged = 0
 
         def stale(entries: Sequence[Holder | Waiter]) -> Verdict:
@@ -83,7 +89,7 @@ class StaleBudgetEntries:
                 elif not time.enough():
                     unjudged += 1
                     unsure.add(entry.record_id)
-                elif self._over(entry, unread):
+                elif self._over(entry, unread, foreign):
                     doomed.add(entry.record_id)
                 elif entry.record_id in unread:
                     unsure.add(entry.record_id)
@@ -109,6 +115,10 @@ class StaleBudgetEntries:
             failures.append(f"could not read the lifecycles of {len(unread)} budget entries (kept)")
         if unwoken:
             failures.append(f"could not wake {unwoken} waiters (the others were woken)")
+        if foreign and self._others is not None:
+            refusal = self._others.refusal(foreign, "budget entries")
+            log.error("%s", refusal)
+            failures.append(str(refusal))
         if unsent or unjudged:
             undone = [f"{unjudged} budget entries not judged (kept)"] if unjudged else []
             undone += [f"{unsent} waiters not woken"] if unsent else []
@@ -148,14 +158,20 @@ class StaleBudgetEntries:
             unasked.append(what)
             return None
 
-    def _over(self, entry: Holder | Waiter, unread: list[str]) -> bool:
+    def _over(self, entry: Holder | Waiter, unread: list[str], foreign: dict[str, Foreign]) -> bool:
         """Whether the entry's lifecycle is over: its record finished or gone, or started over under another
         token (the entry's lifecycle is done with, its release lost; an entry of no token, written before entries
-        carried one, is not told apart). One record DynamoDB will not read (throttled past the client's retries)
-        keeps its entry, which may be live, and must not keep the others from the sweep: noted in ``unread``,
-        and the part fails once the budget is swept."""
+        carried one, is not told apart). A record missing whose instance lives in a group of another stack's is that
+        stack's lifecycle (it shares this owner id): kept, noted in ``foreign``, and the part fails naming it. One
+        record DynamoDB will not read (throttled past the client's retries) keeps its entry, which may be live, and
+        must not keep the others from the sweep: noted in ``unread``, and the part fails once the budget is swept."""
         try:
-            return lifecycle_over(self._records, entry.record_id, entry.token)
+            record = self._records.get(entry.record_id)
+            group = self._others.group_of(entry.instance_id) if record is None and self._others else None
+            if group is not None:
+                foreign[entry.record_id] = Foreign(entry.record_id, entry.instance_id, group, entry.node)
+                return False
+            return record_over(record, entry.token)
         except Exception:
             log.exception(
                 "could not read lifecycle %s of the budget entry of %s: kept", entry.record_id, entry.node

@@ -256,5 +256,9 @@ def lifecycle_over(records: RecordStore, record_id: str, token: str | None = Non
     from an index that lags: a lifecycle that started since, or that the index has not caught up with, is
     read again, consistently, before anything of it is removed. With ``token``, the lifecycle under that token:
     a record that started over under another (a disruption's record) is a lifecycle of its own."""
-    record = records.get(record_id)
+    return record_over(records.get(record_id), token)
+
+
+def record_over(record: LifecycleRecord | None, token: str | None = None) -> bool:
+    """Whether a lifecycle whose record reads ``record`` (None: missing) is over (see :func:`lifecycle_over`)."""
     return record is None or record.finished or (token is not None and record.token != token)
