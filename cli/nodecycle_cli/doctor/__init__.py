@@ -204,7 +204,10 @@ class Doctor:
         if deployment is not None:
             findings += self._guard(
                 "cloudformation.owner",
-                lambda: [aws_checks.shared_owner(self.client("cloudformation"), deployment)],
+                lambda: [
+                    aws_checks.shared_owner(self.client("cloudformation"), deployment),
+                    aws_checks.shared_groups(self.client("cloudformation"), deployment),
+                ],
             )
             for what, output in RULE_OUTPUTS:
                 # one rule at a time: one that may not be read hides nothing of the other's state

@@ -784,5 +784,44 @@ def shared_owner(cloudformation: Any, deployment: Any) -> Finding:
     )
 
 
+def shared_groups(cloudformation: Any, deployment: Any) -> Finding:
+    """Other nodecycle stacks of the region that name in their ManagedGroups a group this stack names (parameters
+    copied from one stack to the next). Both answer each of its lifecycle actions: the runtime keeps them from
+    draining one node twice (the stack that claims the node drains it, the other waits for that drain and completes
+    nothing under it), but each lets its own drains through under its own budget limits, and each launch goes
+    through the launch steps of both. A group named by both and tagged ``nodecycle:owner`` is the tagged stack's,
+    which the hooks check says of the other; a stack being deleted answers nothing any more."""
+    check = "cloudformation.groups"
+    mine = set(deployment.managed_groups)
+    if not mine:
+        return Finding.ok(check, "this stack names no group in ManagedGroups")
+    shared = sorted(
+        (stack["StackName"], sorted(mine & _groups_named(stack)))
+        for page in cloudformation.get_paginator("describe_stacks").paginate()
+        for stack in page["Stacks"]
+        if stack["StackName"] != deployment.name
+        and not stack.get("StackStatus", "").startswith("DELETE_")
+        and "LifecycleTableName" in _outputs(stack)
+        and mine & _groups_named(stack)
+    )
+    if not shared:
+        return Finding.ok(check, f"no other nodecycle stack in {deployment.region} names this stack's groups")
+    named = "; ".join(f"{', '.join(groups)} by {name}" for name, groups in shared)
+    return Finding.problem(
+        check,
+        f"groups this stack manages are named in the ManagedGroups of another nodecycle stack too: {named}",
+        "both stacks answer each of their lifecycle actions: each lets its drains through under its own budget "
+        "limits, and each launch goes through the launch steps of both (two stacks must not manage one group)",
+        "name each group in the ManagedGroups of one stack only, at a quiet time (nodecycle status lists no open "
+        "lifecycle of it): sam deploy --stack-name NAME --parameter-overrides ManagedGroups=<its own groups>",
+    )
+
+
+def _groups_named(stack: Mapping[str, Any]) -> set[str]:
+    """The groups a stack names in its ManagedGroups parameter, as DescribeStacks gives it."""
+    parameters = {p["ParameterKey"]: p.get("ParameterValue", "") for p in stack.get("Parameters") or []}
+    return {g.strip() for g in parameters.get("ManagedGroups", "").split(",") if g.strip()}
+
+
 def _outputs(stack: Mapping[str, Any]) -> dict[str, str]:
     return {o["OutputKey"]: o.get("OutputValue", "") for o in stack.get("Outputs") or []}
