@@ -17,6 +17,7 @@ from nodecycle.domain.sweep.annotations import LeftoverAnnotations
 from nodecycle.domain.sweep.budget_entries import StaleBudgetEntries
 from nodecycle.domain.sweep.lifecycles import LifecycleRepair
 from nodecycle.domain.sweep.nodes import SweepNodes
+from nodecycle.domain.sweep.order import sweep_parts
 from nodecycle.domain.sweep.orphans import OrphanedActions
 from nodecycle.domain.sweep.shared_owner import OtherStacks
 from nodecycle.domain.sweep.sweep_time import SHARES, SweepTime
@@ -76,31 +77,27 @@ def sweeper() -> Sweeper:
         metrics=ports.metrics,
         adopt_after=adopt_after(config),
     )
-    # In this order: the heartbeats that keep actions alive first (see nodecycle.domain.sweep.sweeper).
-    parts: dict[str, SweepPart] = {
-        "orphans": orphans.keep_alive,
-        "lifecycles": LifecycleRepair(
-            records=ports.records,
-            dispatcher=ports.dispatcher(),
-            autoscaling=ports.autoscaling,
-            completion=CompleteAction(ports.autoscaling, ports.metrics, ports.records),
-            metrics=ports.metrics,
-            resume_grace=ports.resume_grace,
-            margin=engine_timing(ports).heartbeat_margin,
-            interval=timedelta(minutes=config.sweep_interval_minutes),
-            settle_before=engine_timing(ports).settle_before,
-            lateness=timedelta(seconds=config.sweep_lateness_seconds),
-            failure_result=SettleResults(
-                eip=eip_policy(config).failure_result, readiness=config.readiness_failure_result
-            ),
-            clock=ports.clock,
-            out_of_line=eip.line_leaver(config, ports),
-            hooks=hooks,
+    repair = LifecycleRepair(
+        records=ports.records,
+        dispatcher=ports.dispatcher(),
+        autoscaling=ports.autoscaling,
+        completion=CompleteAction(ports.autoscaling, ports.metrics, ports.records),
+        metrics=ports.metrics,
+        resume_grace=ports.resume_grace,
+        margin=engine_timing(ports).heartbeat_margin,
+        interval=timedelta(minutes=config.sweep_interval_minutes),
+        settle_before=engine_timing(ports).settle_before,
+        lateness=timedelta(seconds=config.sweep_lateness_seconds),
+        failure_result=SettleResults(
+            eip=eip_policy(config).failure_result, readiness=config.readiness_failure_result
         ),
-        "adoptions": orphans.adopt,
-    }
+        clock=ports.clock,
+        out_of_line=eip.line_leaver(config, ports),
+        hooks=hooks,
+    )
     # (the hooks read again at each sweep: a timeout lowered since reaches the next sweep's heartbeats)
     fresh: list[Callable[[], None]] = [hooks.forget_groups]
+    cluster: dict[str, SweepPart] = {}
     if config.uses_kubernetes:
         from nodecycle.wiring import drain  # the Kubernetes client only when there is a cluster
 
@@ -111,7 +108,7 @@ def sweeper() -> Sweeper:
         others = OtherStacks(
             owner=config.owner_id, membership=ports.autoscaling.membership, manages_group=groups.manages_group
         )
-        parts["budget"] = StaleBudgetEntries(
+        cluster["budget"] = StaleBudgetEntries(
             budget=drain.budget(config, ports),
             records=ports.records,
             node_names=nodes.node_names,
@@ -120,11 +117,17 @@ def sweeper() -> Sweeper:
             waker=ports.dispatcher(),
             others=others,
         )
-        parts["annotations"] = LeftoverAnnotations(
+        cluster["annotations"] = LeftoverAnnotations(
             owner=config.owner_id, cluster=nodes, records=ports.records, metrics=ports.metrics, others=others
         )
-    # Always, even with EIPs off now: addresses left from when they were on still need freeing.
-    parts["addresses"] = _addresses_part(eip.address_sweep(config, ports))
+    # In their order (see nodecycle.domain.sweep.order)
+    parts = sweep_parts(
+        keep_alive=orphans.keep_alive,
+        repair=repair,
+        adopt=orphans.adopt,
+        cluster=cluster,
+        addresses=_addresses_part(eip.address_sweep(config, ports)),
+    )
     return Sweeper(
         owner=config.owner_id,
         records=ports.records,
