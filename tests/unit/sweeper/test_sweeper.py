@@ -104,7 +104,14 @@ def stalled_at_its_last_chance(repair: Repair, **changes: Any) -> str:
     action's global timeout, kept alive so far (a hook of 600 s: longer than an interval and a margin, as settings
     require); its id."""
     repair.autoscaling.action_timeout = 600
-    drain: dict[str, Any] = {"step": Step.EVICT, "node": "n1", "seq": 4, "heartbeat_timeout": 600}
+    # (its global timeout as Auto Scaling's for a hook of 600 s: 100 heartbeat timeouts from its start)
+    drain: dict[str, Any] = {
+        "step": Step.EVICT,
+        "node": "n1",
+        "seq": 4,
+        "heartbeat_timeout": 600,
+        "global_deadline": global_deadline(T0, 600),
+    }
     record = make_record(PLAN, **drain | changes)
     repair.clock.current = record.global_deadline - INTERVAL - MARGIN
     assert repair.records.create(
