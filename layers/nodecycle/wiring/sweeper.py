@@ -120,7 +120,7 @@ def sweeper() -> Sweeper:
         cluster["annotations"] = LeftoverAnnotations(
             owner=config.owner_id, cluster=nodes, records=ports.records, metrics=ports.metrics, others=others
         )
-    # In their order (see nodecycle.domain.sweep.order)
+    # In their order: the last chances, then the heartbeats that keep actions alive (nodecycle.domain.sweep.order)
     parts = sweep_parts(
         keep_alive=orphans.keep_alive,
         repair=repair,

@@ -53,7 +53,7 @@ def test_an_adopted_action_is_not_completed_while_auto_scaling_does_not_say_wher
     events.register("before-call.autoscaling.*", throttled, unique_id="tests.ThrottleAsg")  # type: ignore[arg-type]
     try:
         # When the sweep settles it, Then the sweep fails (its alarm)
-        with pytest.raises(SweepFailed, match="lifecycles"):
+        with pytest.raises(SweepFailed, match="last-chances"):
             sweeper.handler(load_event("sweeper-schedule.json"), invocation())
     finally:
         events.unregister("before-call.autoscaling.*", unique_id="tests.ThrottleAsg")

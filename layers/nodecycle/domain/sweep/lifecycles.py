@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
 from datetime import datetime, timedelta
 
 from nodecycle.domain.catalog import LifecycleHooks
@@ -129,8 +130,47 @@ class LifecycleRepair:
         self._failure_result = failure_result
         # Whether this sweep's look where an unconfirmed action's instance is failed (see ``_beat``)
         self._look_failed = False
+        # What the first part of the sweep (``last_chances``) did, for its lifecycles' part
+        self._first: _FirstPart | None = None
+
+    def last_chances(self, open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
+        """The first part of a sweep: settle the open actions at their last chance, before any other part.
+
+        The settlement point (``settle_before``) reckons the next sweep to reach a stalled action as late as its
+        schedule may fire it, not how far into that sweep the lifecycles' part begins: after the orphans' keep-alive,
+        which with a backlog of held instances (intake down through an instance refresh, each heartbeat throttled and
+        retried) takes minutes. A sweep that reached the action 421 s before its global timeout left it (not its last
+        chance yet), and the next, fired late in its minute, reached it after the orphans' 170 s: past the global
+        timeout, Auto Scaling ending it with the hook's default result (invariant 11). Settled here, at the start of
+        the sweep, the last chance comes as the settlement point reckons it; the actions it does not call for are
+        left to the lifecycles' part (``__call__``), which skips those reached here, and carries this part's counts
+        into its own (the report's, and the metrics it counts once a sweep). What this part has no time for (a share
+        is held back for the orphans' keep-alive: its heartbeats are due at every sweep) is left to that part too."""
+        self._first = None
+        first = _FirstPart(now)
+        try:
+            return self._sweep(open_records, now, time, first=first)
+        finally:
+            self._first = first
 
     def __call__(self, open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
+        """The lifecycles' part: every open lifecycle but those this sweep's ``last_chances`` reached (a sweep's
+        parts are all told the time it started: a first part of another sweep, whose lifecycles' part did not
+        start, is not this one's)."""
+        first, self._first = self._first, None
+        return self._sweep(open_records, now, time, after=first if first and first.sweep == now else None)
+
+    def _sweep(
+        self,
+        open_records: Sequence[LifecycleRecord],
+        now: datetime,
+        time: SweepTime,
+        *,
+        first: _FirstPart | None = None,
+        after: _FirstPart | None = None,
+    ) -> Counts:
+        """Repair the open lifecycles: as the first part (``first``: what it reached and counted, told), only those
+        at their last chance; after it (``after``), all but those it reached."""
         counts = dict.fromkeys(
             (
                 "LifecyclesResumed",
@@ -146,16 +186,29 @@ class LifecycleRepair:
             ),
             0,
         )
-        self._look_failed = False
-        self._hook_timeouts, self._hooks_failed = {}, False
+        # (after the first part, this sweep's answers and looks are kept: no call made twice)
+        if after is None:
+            self._look_failed = False
+            self._hook_timeouts, self._hooks_failed = {}, False
+        else:
+            counts |= after.counts
+        failed_before = counts["RepairsFailed"]
         # (at most an interval: a sweep retried hours late would otherwise settle every stalled action at once)
         late = min(time.late, self._interval)
-        ordered = sorted((self._as_hook_times(record) for record in open_records), key=self._urgency)
+        listed = list(open_records)
+        if first is not None:
+            at = max(now, self._clock.now())
+            listed = [record for record in listed if self._at_last_chance(record, at, late)]
+        elif after is not None:
+            listed = [record for record in listed if record.id not in after.reached]
+        ordered = sorted((self._as_hook_times(record) for record in listed), key=self._urgency)
         unreached = 0
         for reached, record in enumerate(ordered):
             if not time.enough():
                 unreached = len(ordered) - reached  # the least urgent; the next sweep orders them again
                 break
+            if first is not None:
+                first.reached.add(record.id)
             # Each lifecycle at the time the sweep reaches it: the calls for the ones before may have taken
             # seconds (throttled, retried), and a start time would find a lost message "not yet overdue".
             now = max(now, self._clock.now())
@@ -202,15 +255,33 @@ class LifecycleRepair:
                 counts["RepairsFailed"] += 1
             # (one lifecycle counts once, however many of its calls failed: its look, then its heartbeat)
             counts["RepairsFailed"] = min(counts["RepairsFailed"], before + 1)
+        failed = counts["RepairsFailed"] - failed_before
+        if first is not None:
+            # (counted by the lifecycles' part with its own: once a sweep, as the alarms on them reckon)
+            first.counts = counts
+            if unreached:
+                log.warning(
+                    "%d lifecycles at their last chance left to the lifecycles' part: no time", unreached
+                )
+            if failed:
+                raise SweepFailed(
+                    f"{failed} lifecycles at their last chance could not be settled (the others were)"
+                )
+            return counts
         self._metrics.count("LifecyclesStuck", counts["LifecyclesStuck"])
         self._metrics.count("LifecyclesStalled", counts["LifecyclesStalled"])
         if unreached:
-            failed = counts["RepairsFailed"]
             others = f" ({failed} of the others could not be repaired)" if failed else ""
             raise time.cut_short(f"{unreached} of {len(ordered)} lifecycles not reached{others}")
-        if counts["RepairsFailed"]:
-            raise SweepFailed(f"{counts['RepairsFailed']} lifecycles could not be repaired (the others were)")
+        if failed:
+            raise SweepFailed(f"{failed} lifecycles could not be repaired (the others were)")
         return counts
+
+    def _at_last_chance(self, record: LifecycleRecord, now: datetime, late: timedelta) -> bool:
+        """Whether the listed ``record`` calls for its settlement now (``_last_chance``, reckoned as the repair does:
+        with this sweep's lateness for a stalled one)."""
+        overdue = record.overdue(now, self._grace)
+        return record.action_open and self._last_chance(record, now, late if overdue else timedelta())
 
     def _runs_past_its_last_chance(
         self, record: LifecycleRecord, now: datetime, late: timedelta, time: SweepTime
@@ -691,6 +762,16 @@ class LifecycleRepair:
         if not settled.finished:
             self._dispatcher.send(settled, now)  # what comes after completion: the release, the cleanup
         return "LifecyclesSettled"
+
+
+@dataclass
+class _FirstPart:
+    """What a sweep's first part (``LifecycleRepair.last_chances``) did: the lifecycles it reached (the lifecycles'
+    part skips them: each judged once a sweep), and its counts (carried into that part's)."""
+
+    sweep: datetime  # the sweep's start, as its parts are told it
+    reached: set[str] = field(default_factory=set)
+    counts: Counts = field(default_factory=dict)
 
 
 def _unconfirmed_count(ended: LifecycleRecord) -> str:

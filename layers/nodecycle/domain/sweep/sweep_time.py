@@ -26,12 +26,18 @@ RESERVE = SWEEP_RESERVE
 # orphans are many (intake down through a whole instance refresh).
 LIFECYCLES_SHARE = timedelta(seconds=60)
 
+# Held back for the orphans' keep-alive from the settlements of the actions at their last chance, which come first
+# (see LifecycleRepair.last_chances): an orphan's heartbeat is due at every sweep, and many actions at their last
+# chance at once (a stalled instance refresh), each settlement throttled and retried, would otherwise take its time.
+ORPHANS_SHARE = timedelta(seconds=60)
+
 # The time held back for each part from the parts before it (the sweeper's part names). The parts after the
 # lifecycles' get a share each too: a repair with more to do than a sweep has time for (a stalled queue under
 # throttling) would otherwise use the time down to the reserve at every sweep, and the adoptions, the stale
 # budget entries, the annotations and the dangling addresses (invariant 4) would never be reached. Each share
 # is a few calls with their retries; what one part leaves undone the next sweep takes up.
 SHARES = {
+    "orphans": ORPHANS_SHARE,
     "lifecycles": LIFECYCLES_SHARE,
     "adoptions": timedelta(seconds=20),
     "budget": timedelta(seconds=15),

@@ -18,11 +18,14 @@ even when one before it fails; a failure is logged with its cause and re-raised 
 counts as failed.
 
 Each part works within the invocation's time (:mod:`.sweep_time`): it starts another item only while more than
-a reserve is left, and the heartbeats that keep actions alive come first. The orphans' first (a share held
+a reserve is left (:mod:`.order`). First of all, the open actions at their last chance are settled
+(:meth:`.lifecycles.LifecycleRepair.last_chances`, a share held back for the orphans'): the settlement point reckons
+the sweep to reach them as it starts, and after a long part before them (the orphans', minutes with a backlog) they
+were reached past their global timeout. Then the heartbeats that keep actions alive. The orphans' first (a share held
 back for the lifecycles'): an orphan's heartbeat is due at every sweep, and no record tells how near its
 hook's timeout is (its first sighting may come just before it); an open lifecycle's is taken two intervals
-ahead, so one this sweep did not reach is reached by the next, most urgent first. Then the lifecycles, the
-orphans' adoptions (several calls each: after every heartbeat), and the rest. A part that stops for want
+ahead, so one this sweep did not reach is reached by the next, most urgent first. Then the lifecycles (those the
+first part did not reach), the orphans' adoptions (several calls each: after every heartbeat), and the rest. A part that stops for want
 of time fails the sweep like a part that fails (logged, ``SweepsCutShort``, the sweeper's dead-letter alarm):
 the actions it did not reach may be near their timeout, and the next sweep takes them up. The open lifecycles are listed when a part first needs them: a listing DynamoDB refuses
 (denied, throttled past the client's retries) fails the lifecycles' part, not the address sweep; the orphans'
