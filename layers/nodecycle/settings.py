@@ -207,7 +207,9 @@ class Timing(_Section):
         a margin for the completion, plus one fault's retry (an invocation that dies at that run is
         redelivered in time). By the sweeper, when the queues stall: at its last run before the global
         timeout, up to an interval, how late a sweep on schedule may reach it (``sweep_lateness_seconds``) and a
-        margin for the completion before it. The same point for both, the earlier of the
+        margin for the completion before it: a sweep settles such actions first of its parts, so no part before them
+        (the orphans' keep-alive, minutes with a backlog) pushes them later (``domain/sweep/order``). The same point
+        for both, the earlier of the
         two: the sweeper never completes a lifecycle that the engine's guard would not have completed yet,
         but for a stalled one after a late sweep, up to that sweep's lateness (at most an interval) earlier:
         the next sweep, as late, would come after its global timeout (``domain/sweep/lifecycles``)."""
