@@ -16,6 +16,8 @@ import contextlib
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
+import pytest
+
 from nodecycle.domain.model import ActionRef, LifecycleRecord
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.sweep.order import sweep_parts
@@ -152,3 +154,38 @@ def test_the_orphans_keep_their_share_when_many_actions_are_at_their_last_chance
         record_id for record_id in record_ids if (r := repair.records.get(record_id)) and r.completed_at
     ]
     assert len(settled) > (300 - RESERVE.total_seconds() - own.total_seconds()) // 10
+
+
+@pytest.mark.parametrize("before_global_timeout", range(421, 721, 37))
+@pytest.mark.parametrize("fired_late", [(0, 59, 59), (59, 0, 59), (59, 59, 0), (30, 59, 0)])
+@pytest.mark.parametrize("orphans_take", [(0.0, 170.0, 170.0), (170.0, 170.0, 170.0), (170.0, 0.0, 0.0)])
+def test_a_stalled_action_is_settled_in_its_window_whatever_the_orphans_take_and_the_schedule_fires(
+    before_global_timeout: int, fired_late: tuple[int, int, int], orphans_take: tuple[float, float, float]
+) -> None:
+    # Given the defaults, a stalled lifecycle, and sweeps on schedule five minutes apart from ``before_global_timeout``
+    # before its global timeout, each fired within its minute as ``fired_late`` says, its orphans' part taking as long
+    # as ``orphans_take`` says (seconds: none, or 170 s with a backlog)
+    timing = Timing()
+    repair = repair_as_configured(timing)
+    record = repair.records.get(stalled_at_its_last_chance(repair))
+    assert record is not None
+    sweeps = sweeper(repair, orphans_take=list(orphans_take))
+    tick = record.global_deadline - timedelta(seconds=before_global_timeout)
+
+    # When the sweeps run, until one settles it
+    for late in fired_late:
+        repair.clock.current = tick + timedelta(seconds=late)
+        if sweep(repair, sweeps, scheduled_at=tick)["LifecyclesSettled"]:
+            break
+        tick += timedelta(seconds=timing.sweep_interval_seconds)
+
+    # Then it was settled by the product a completion's margin before its global timeout at least, and no sooner than
+    # the settlement point less a sweep's lateness (a minute at most): never expired, never settled minutes early
+    settled = repair.records.get(record.id)
+    assert settled is not None
+    assert settled.outcome == "settled-by-sweeper"
+    assert settled.completed_at is not None
+    margin = timedelta(seconds=timing.heartbeat_margin_seconds)
+    assert settled.completed_at <= record.global_deadline - margin
+    earliest = timedelta(seconds=timing.settle_before_seconds + timing.sweep_lateness_seconds)
+    assert settled.completed_at >= record.global_deadline - earliest
