@@ -117,11 +117,24 @@ def test_the_sizing_table_is_the_budgets_arithmetic() -> None:
             f"{Quantity.parse(per_zone).resolve(100)} per zone: {slots} | about {300 // slots * 4} minutes |"
         )
         assert row in text
-    # the global timeout the default row runs past: a 600 s hook's, against 300 drains of 4 minutes one at a time
+    # the global timeout the default row is set against: that of the hooks the guide has the team create (a hook
+    # under the functions' minimum heartbeat timeout is one the doctor and intake warn about, not an example), against
+    # 300 drains one at a time: within it at 4 minutes a drain, past it at 5
+    (heartbeat,) = {
+        int(option(words, "--heartbeat-timeout")) for words in commands("aws autoscaling put-lifecycle")
+    }
+    minimum = Timing(
+        heartbeat_margin_seconds=PARAMETERS["HeartbeatMarginSeconds"]["Default"],
+        work_visibility_timeout_seconds=PARAMETERS["WorkVisibilityTimeoutSeconds"]["Default"],
+        resume_grace_seconds=PARAMETERS["ResumeGraceSeconds"]["Default"],
+        sweep_interval_minutes=PARAMETERS["SweepIntervalMinutes"]["Default"],
+    ).min_heartbeat_timeout_seconds
+    assert heartbeat >= minimum
     started = datetime(2026, 1, 1, tzinfo=UTC)
-    assert global_deadline(started, 600) - started == timedelta(hours=16, minutes=40)
-    assert "16 h 40 min global timeout of a 600 s hook" in text
-    assert timedelta(minutes=300 * 4) > timedelta(hours=16, minutes=40)
+    hours = (global_deadline(started, heartbeat) - started) / timedelta(hours=1)
+    assert f"the {hours:g} h global timeout of step 4's {heartbeat} s hooks" in text
+    assert timedelta(minutes=300 * 4) < timedelta(hours=hours) <= timedelta(minutes=300 * 5)
+    assert "drains of 5 minutes reach it" in text
 
 
 def test_the_guides_deploy_commands_give_sam_the_values_they_show_and_the_template_takes_them() -> None:
