@@ -100,3 +100,37 @@ def test_a_default_a_description_states_is_the_parameters_default() -> None:
     }
     assert len(stated) >= 4  # the scan found them
     assert {name: value for name, value in stated.items() if value != str(PARAMETERS[name]["Default"])} == {}
+
+
+# A value each pattern refuses, and one it takes, for the parameters whose rule is not a range of whole numbers
+REFUSED_AND_TAKEN = {
+    "OwnerId": ("team a", "team-a.prod"),
+    "BudgetMaxUnavailable": ("0", "10%"),
+    "BudgetMaxUnavailablePerZone": ("101%", "2"),
+    "BudgetNamespace": ("Platform", "platform-tools"),
+    "KubernetesGroup": ("-nodecycle", "nodecycle.prod"),
+}
+
+
+@pytest.mark.parametrize(
+    "name", sorted(name for name, parameter in PARAMETERS.items() if parameter.get("AllowedPattern"))
+)
+def test_a_value_its_pattern_refuses_is_told_in_words(name: str) -> None:
+    # Given a parameter held to a pattern: CloudFormation refuses a value outside it with "failed to satisfy
+    # constraint: <ConstraintDescription>", and, without one, with the pattern itself ("must match pattern
+    # ^([1-9][0-9]*|[1-9][0-9]?%|100%)$"), a regular expression for the operator to read (the console shows
+    # the ConstraintDescription beside the field too)
+    # Then the parameter says its rule in words
+    assert PARAMETERS[name].get("ConstraintDescription"), f"{name} has no ConstraintDescription"
+
+
+@pytest.mark.parametrize("name", sorted(REFUSED_AND_TAKEN))
+def test_the_words_are_the_patterns_rule(name: str) -> None:
+    # Given a value the pattern refuses and one it takes
+    refused, taken = REFUSED_AND_TAKEN[name]
+    # When they are deployed, Then the first is refused in the parameter's words, not in its pattern's
+    with pytest.raises(ParameterError) as error:
+        check_parameters(TEMPLATE, {name: refused})
+    assert str(PARAMETERS[name].get("ConstraintDescription")) in str(error.value)
+    assert str(PARAMETERS[name]["AllowedPattern"]) not in str(error.value)
+    check_parameters(TEMPLATE, {name: taken})
