@@ -8,15 +8,20 @@ in service, taking no pods)."""
 
 from __future__ import annotations
 
+import itertools
 import os
 import re
 import shutil
 import subprocess
+from datetime import UTC, datetime
 from pathlib import Path
 
 import pytest
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
+from nodecycle.domain.flow import plan_for
+from nodecycle.domain.model import LifecycleEvent, Step, Transition
+from nodecycle.domain.policy import PlanPolicy
 from nodecycle.domain.ports.cluster import (
     EXCLUDE_LB_LABEL,
     IN_PROGRESS_ANNOTATION,
@@ -114,3 +119,39 @@ def test_the_guides_listing_finds_every_node_the_removed_stack_left_marked_and_c
             assert not found["spec"].get("unschedulable")
         assert OWNER_ANNOTATION in server.get_object("nodes", others)["metadata"]["annotations"]  # type: ignore[index]
         assert untouched not in listed
+
+
+def test_the_step_the_guide_lets_stay_open_comes_after_every_completion() -> None:
+    # Given the step at which the guide says an open lifecycle does not hold the removal (its action completed)
+    text = " ".join((ROOT / "docs/removing.md").read_text().split("## 2.")[0].split())
+    (named,) = re.findall(r"A lifecycle at step `([a-z-]+)` is the exception", text)
+    assert named == Step.CLEANUP.value  # (the name `nodecycle status` shows in its STEP column)
+    # Then in every plan a hook's action can have, the step comes after the completion, never before it
+    flags = (True, False)
+    policies = [
+        PlanPolicy(kubernetes=k, eip=e, readiness_gate=r) for k in flags for e in flags for r in flags
+    ]
+    moves = [
+        (None, None),
+        ("WarmPool", "AutoScalingGroup"),
+        ("EC2", "WarmPool"),
+        ("AutoScalingGroup", "WarmPool"),
+    ]
+    hooked = [transition for transition in Transition if transition.has_hook]
+    for policy, transition, (origin, destination) in itertools.product(policies, hooked, moves):
+        plan = plan_for(
+            LifecycleEvent(
+                instance_id="i-0123456789abcdef0",
+                transition=transition,
+                token="7b4c5d2e-1f3a-4b6c-8d9e-0a1b2c3d4e5f",
+                group="nodes",
+                hook="hook",
+                started_at=datetime(2026, 1, 1, tzinfo=UTC),
+                origin=origin,
+                destination=destination,
+                delivery="eventbridge",
+            ),
+            policy,
+        )
+        if Step.CLEANUP in plan:
+            assert plan.index(Step.COMPLETE) < plan.index(Step.CLEANUP), plan
