@@ -45,6 +45,7 @@ class AwsControls(Protocol):
         address_quota: int | None = None,
         token_checked_against_instance: bool | None = None,
         token_checked_against_group: bool | None = None,
+        notifications_tell_origin: bool | None = None,
     ) -> None: ...
 
     def plan_nodes(
@@ -143,12 +144,14 @@ class AwsControl:
         address_quota: int | None = None,
         token_checked_against_instance: bool | None = None,
         token_checked_against_group: bool | None = None,
+        notifications_tell_origin: bool | None = None,
     ) -> None:
         """Change the global-timeout rule (for hooks put from now on), where SQS-hook events go, how long
         EC2 lists a terminated instance (about an hour on AWS), and how many Elastic IPs the account may
         hold (5 by default on AWS; no limit in the sandbox until set), and whether a lifecycle call's token
         must be of the instance named with it (see LifecycleEmulator.token_checked_against_instance), and of the
-        group named with it (token_checked_against_group)."""
+        group named with it (token_checked_against_group), and whether a hook's queue or topic notifications carry
+        Origin and Destination (LifecycleEmulator.notifications_tell_origin)."""
         emulator = self.emulator
         with emulator.lock:
             if address_quota is not None:
@@ -165,6 +168,8 @@ class AwsControl:
                 emulator.token_checked_against_instance = token_checked_against_instance
             if token_checked_against_group is not None:
                 emulator.token_checked_against_group = token_checked_against_group
+            if notifications_tell_origin is not None:
+                emulator.notifications_tell_origin = notifications_tell_origin
 
     def plan_nodes(
         self,

@@ -150,6 +150,15 @@ class LifecycleEmulator:
         # token alone whatever group is named, so a stack naming its own group with another group's token would
         # reach that group's action.
         self.token_checked_against_group = True
+        # Whether a hook's SQS (or SNS) notification carries Origin and Destination. AWS shows them in the
+        # EventBridge events ("Instance refresh replace root volume lifecycle events", the warm pools' events) and
+        # says the queue's and topic's notifications "contain the same information" ("Configure a notification
+        # target for lifecycle notifications"), yet its own message example for SNS and SQS has neither field
+        # (Service, Time, RequestId, LifecycleActionToken, AccountId, AutoScalingGroupName, LifecycleHookName,
+        # EC2InstanceId, LifecycleTransition, NotificationMetadata). False emulates a notification without them: the
+        # instance's lifecycle state alone tells a root volume replacement or a warm pool's move from a
+        # termination then.
+        self.notifications_tell_origin = True
         self.notifications: list[Notification] = []
         self.actions: dict[str, ActionRecord] = {}
         self.instances: dict[str, InstanceHistory] = {}
@@ -684,8 +693,8 @@ class LifecycleEmulator:
                     transition=transition,
                     token=action.token,
                     metadata=metadata,
-                    origin=origin,
-                    destination=destination,
+                    origin=origin if self.notifications_tell_origin else None,
+                    destination=destination if self.notifications_tell_origin else None,
                 ),
                 required=False,
                 role_arn=getattr(hook, "role_arn", None),

@@ -92,9 +92,11 @@ def sqs_lifecycle_body(
     transition: str,
     token: str,
     metadata: str | None,
-    origin: str,
-    destination: str,
+    origin: str | None,
+    destination: str | None,
 ) -> dict[str, Any]:
+    """A hook's notification to its queue or topic; without Origin and Destination when they are None (see
+    LifecycleEmulator.notifications_tell_origin)."""
     body: dict[str, Any] = {
         "Origin": origin,
         "LifecycleHookName": hook,
@@ -108,6 +110,10 @@ def sqs_lifecycle_body(
         "EC2InstanceId": instance_id,
         "LifecycleActionToken": token,
     }
+    if origin is None:
+        del body["Origin"]
+    if destination is None:
+        del body["Destination"]
     if metadata is not None:
         body["NotificationMetadata"] = metadata
     return body
