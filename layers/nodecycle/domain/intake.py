@@ -27,6 +27,7 @@ from nodecycle.domain.model import (
     Transition,
     adopted_token,
     global_deadline,
+    move_told_by_state,
     parse_record_id,
     record_id,
 )
@@ -255,7 +256,7 @@ class Intake:
                     "the event says its action started at %s, ahead of now: timed from now", event.started_at
                 )
             event = event.model_copy(update={"started_at": now})
-        record = self._new_record(event, timeout, now)
+        record = self._new_record(self._placed(event), timeout, now)
         if now > record.global_deadline:
             told = self._taken_in_before(record) if record.token_known else None
             if told is not None:
@@ -265,6 +266,28 @@ class Intake:
             return IntakeOutcome.EXPIRED
         record, lapsed = self._keep_alive(record, now)
         return self._store(record, now, lapsed=lapsed)
+
+    def _placed(self, event: LifecycleEvent) -> LifecycleEvent:
+        """``event``, with the move its instance's lifecycle state tells when it says neither Origin nor Destination
+        (a hook's notification to a queue or topic need not: see ``move_told_by_state``). The lifecycle's plan and its
+        confirmation follow the move: a root volume replacement keeps its instance's address, and its action holds
+        the instance in ReplacingRootVolume:Wait, where a termination's confirmation would refuse it. One
+        DescribeAutoScalingInstances, for such an event only; its confirmation still checks the state and the token,
+        so a message that names a move it does not make is refused there as before."""
+        if event.origin is not None or event.destination is not None:
+            return event
+        move = move_told_by_state(event.transition, self._autoscaling.lifecycle_state(event.instance_id))
+        if move is None:
+            return event
+        origin, destination = move
+        log.info(
+            "the event says neither origin nor destination; instance %s waits where an action from %s to %s "
+            "holds it: taken as such",
+            event.instance_id,
+            origin,
+            destination,
+        )
+        return event.model_copy(update={"origin": origin, "destination": destination})
 
     def _taken_in_before(self, record: LifecycleRecord) -> IntakeOutcome | None:
         """What an event delivered after its action's global timeout is when a lifecycle took the action in (its

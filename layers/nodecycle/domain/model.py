@@ -65,6 +65,32 @@ WARM_POOL = "WarmPool"
 GROUP = "AutoScalingGroup"
 
 
+EC2 = "EC2"  # an action's origin for a launch (from EC2), its destination for a termination (back to EC2)
+
+# The move an action makes (origin, destination, as its EventBridge event says them) where the lifecycle state its hook
+# holds the instance in tells it, and it is not a plain launch or termination: a hook's notification to an SQS queue
+# or SNS topic need not say Origin and Destination (AWS's message example for both has neither field: "Configure a
+# notification target for lifecycle notifications", Amazon EC2 Auto Scaling user guide). Taken as a plain termination,
+# a root volume replacement's action was refused at its confirmation (its instance waits in ReplacingRootVolume:Wait,
+# not Terminating:Wait) and its node went undrained into the reboot; a warm pool's moves likewise. Keyed by the state
+# without its ":Wait" (a state read may lag the notification by a moment). A launch out of the warm pool waits in
+# Pending:Wait as a new instance does: the state cannot tell it.
+_MOVES_BY_STATE: dict[tuple[Transition, str], tuple[str, str]] = {
+    (Transition.TERMINATING, "ReplacingRootVolume"): (GROUP, GROUP),
+    (Transition.TERMINATING, "Warmed:Terminating"): (WARM_POOL, EC2),
+    (Transition.TERMINATING, "Warmed:Pending"): (GROUP, WARM_POOL),  # scaled in back to the pool
+    (Transition.LAUNCHING, "Warmed:Pending"): (EC2, WARM_POOL),
+}
+
+
+def move_told_by_state(transition: Transition, state: str | None) -> tuple[str, str] | None:
+    """The (origin, destination) of an action of ``transition`` holding an instance in lifecycle state ``state``,
+    where the state tells one (see _MOVES_BY_STATE); None otherwise."""
+    if state is None:
+        return None
+    return _MOVES_BY_STATE.get((transition, state.removesuffix(":Wait")))
+
+
 class ActionRef(BaseModel):
     """What CompleteLifecycleAction and RecordLifecycleActionHeartbeat need to name one action; events and
     records of an action carry these fields too."""

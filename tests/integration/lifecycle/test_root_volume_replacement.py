@@ -11,6 +11,7 @@ import pytest
 
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle_sandbox import Sandbox
+from nodecycle_sandbox.aws.control import SANDBOX_ACCOUNT
 from nodecycle_sandbox.aws.group import HookSpec
 from nodecycle_sandbox.aws.records import LAUNCHING, REPLACE_ROOT_VOLUME, TERMINATING
 from nodecycle_sandbox.checks import completed_before_drained, pdb_breaches
@@ -88,3 +89,48 @@ def drained_for(sandbox: Sandbox, instance: str) -> LifecycleRecord:
         30,
         f"the lifecycle that drained the node of {instance}",
     )
+
+
+def test_a_root_volume_replacement_notified_by_a_queue_without_origin_is_drained_and_keeps_its_address() -> (
+    None
+):
+    with running(size=2, hooks=HOOKS, parameters={"EipMode": "allocate"}) as sandbox:
+        instances = sorted(sandbox.asg.in_state("InService"))
+        addresses = {instance: addresses_of(sandbox, instance) for instance in instances}
+        assert all(addresses.values())
+        # Given the group's hooks notifying the intake queue, their notifications without Origin and Destination
+        # (as AWS's SQS message example shows them), and nothing sent to EventBridge
+        queue = sandbox.runner.queue("IntakeQueue").arn
+        sandbox.aws.configure(eventbridge_for_sqs_hooks=False, notifications_tell_origin=False)
+        for hook in HOOKS:
+            sandbox.client("autoscaling").put_lifecycle_hook(
+                AutoScalingGroupName=sandbox.asg.name,
+                LifecycleHookName=hook.name,
+                LifecycleTransition=hook.transition,
+                HeartbeatTimeout=hook.heartbeat_timeout,
+                DefaultResult=hook.default_result,
+                NotificationTargetARN=queue,
+                RoleARN=f"arn:aws:iam::{SANDBOX_ACCOUNT}:role/nodecycle-HookNotificationRole",
+            )
+        sandbox.kube.reset_history()
+
+        # When an instance refresh replaces their root volumes, one at a time
+        refresh = sandbox.asg.start_refresh(min_healthy_percentage=50, strategy=REPLACE_ROOT_VOLUME)
+        timeline = sandbox.asg.wait_refresh(refresh, timeout=240)
+        assert timeline.status == "Successful"
+
+        # Then nodecycle completed each terminate hook's action once its node was drained (not at its timeout, the
+        # node undrained), and each instance kept its Elastic IP
+        held = [
+            a
+            for a in sandbox.aws.actions()
+            if a.transition == TERMINATING and a.action == REPLACE_ROOT_VOLUME
+        ]
+        assert sorted(a.instance_id for a in held) == instances
+        assert [(a.outcome, a.result) for a in held] == [("completed", "CONTINUE")] * 2
+        assert completed_before_drained(sandbox.kube.history(), held) == []
+        assert {instance: addresses_of(sandbox, instance) for instance in instances} == addresses
+        for instance in instances:
+            record = drained_for(sandbox, instance)
+            assert record.replaces_root_volume
+            assert record.outcome == "drained"

@@ -281,3 +281,30 @@ def test_a_restarted_lifecycle_whose_first_message_was_lost_is_sent_again_by_its
     # next sweep may come after they are over
     assert outcome is IntakeOutcome.RESENT
     assert [(s.message.step, s.message.seq) for s in queues.take()] == [(Step.ACQUIRE_SLOT, restarted.seq)]
+
+
+@pytest.mark.parametrize(
+    ("state", "move", "replaces_root_volume"),
+    [
+        ("ReplacingRootVolume:Wait", ("AutoScalingGroup", "AutoScalingGroup"), True),
+        ("Warmed:Terminating:Wait", ("WarmPool", "EC2"), False),
+        ("Terminating:Wait", (None, None), False),
+    ],
+    ids=["root-volume-replacement", "out-of-the-warm-pool", "termination"],
+)
+def test_an_action_told_without_origin_nor_destination_takes_the_move_its_instances_state_tells(
+    state: str, move: tuple[str | None, str | None], replaces_root_volume: bool
+) -> None:
+    # Given a terminate action told by the queue without Origin nor Destination, its instance waiting in ``state``
+    told = event()
+    autoscaling, records, clock = OneAction(told.token), InMemoryRecords(), FakeClock()
+    autoscaling.states[told.instance_id] = state
+
+    # When intake accepts it
+    assert intake(autoscaling, records, clock).accept(told) is IntakeOutcome.ACCEPTED
+
+    # Then its lifecycle is the move that state tells: a root volume replacement keeps its instance (no release
+    # of its address, its cordon lifted once it is back), a warm pool's instance has no node to drain
+    (record,) = records.items.values()
+    assert (record.origin, record.destination) == move
+    assert record.replaces_root_volume is replaces_root_volume
