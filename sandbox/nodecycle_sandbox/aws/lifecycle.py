@@ -80,6 +80,10 @@ _CAPACITY_STATES = frozenset(
 # How long an instance whose root volume is replaced is down: its kubelet gone from the replacement's start
 # (ReplacingRootVolume:Proceed) until it is back on the new volume (RootVolumeReplaced).
 ROOT_VOLUME_REBOOT_SECONDS = 1.0
+# And how much later its kubelet runs again: the operating system boots from the new volume while the launch hooks
+# already hold the instance (Pending:Wait), its node object still Ready from before the reboot (the node monitor's
+# 40 s grace is not over). A kubelet back at RootVolumeReplaced itself hid a readiness gate that took that stale Ready.
+ROOT_VOLUME_BOOT_SECONDS = 3.0
 # AWS defaults and limits for hooks.
 DEFAULT_HEARTBEAT_TIMEOUT = 3600
 DEFAULT_GLOBAL_TIMEOUT_FACTOR = 100.0
@@ -446,7 +450,7 @@ class LifecycleEmulator:
             if group.name != group_name:
                 return
             state.lifecycle_state = "RootVolumeReplaced"
-            self.instance_started(instance_id)
+            self.instance_started(instance_id, boot=ROOT_VOLUME_BOOT_SECONDS)
             self.enter(group, state, origin=GROUP, destination=GROUP, action=REPLACE_ROOT_VOLUME)
 
     def _launch_proceeds(self, group: FakeAutoScalingGroup, state: InstanceState, destination: str) -> None:
