@@ -315,7 +315,10 @@ class ReadinessGate:
                 warning=True,
             )
             return True
-        if _timed_by_intake(record):
+        if record.back_from_root_volume_replacement:
+            if _renewed_after_first_read(renewed, record, extra):
+                return True
+        elif _timed_by_intake(record):
             if self._renewed_since_first_read(renewed, record, now, extra):
                 return True
         elif renewed is not None and renewed >= record.started_at - CLOCK_SKEW:
@@ -358,6 +361,26 @@ class ReadinessGate:
             return True  # the last look before giving up
         looked = timedelta(seconds=polls * policy.poll_seconds)
         return looked >= SCAN_AFTER and polls % SCAN_EVERY == 0
+
+
+def _renewed_after_first_read(
+    renewed: datetime | None, record: LifecycleRecord, extra: dict[str, object]
+) -> bool:
+    """Whether the kubelet renewed the Lease since the gate's first read of it, for a launch after a root volume
+    replacement. Its node is the same object as before the reboot, still Ready for the node monitor's grace (40 s)
+    and its Lease renewed by the old kubelet until the reboot began, moments before the launch action started: a
+    replacement done within CLOCK_SKEW of the reboot (and an event time cut to the second) passed that Lease as
+    renewed since the launch began, and the launch was completed, the instance put back in service and the
+    refresh gone on to its next instance, before the rebooted kubelet ran. The reboot comes before the launch
+    action, so the gate's first read is of a Lease no live kubelet of the old boot can renew any more: only a
+    renewTime changed since that read (the kubelet's stamps compared with each other, for equality only) is the
+    rebooted kubelet's. It costs a renewal's wait (about 10 s) when the kubelet was back at that first read."""
+    stamp = renewed.isoformat() if renewed is not None else NO_LEASE
+    seen = record.extra.get(LEASE_SEEN)
+    if seen is None:
+        extra[LEASE_SEEN] = stamp
+        return False
+    return renewed is not None and stamp != seen
 
 
 def _timed_by_intake(record: LifecycleRecord) -> bool:

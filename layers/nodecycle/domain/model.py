@@ -138,6 +138,12 @@ class ActionRef(BaseModel):
             self.transition is Transition.TERMINATING and self.origin == GROUP and self.destination == GROUP
         )
 
+    @property
+    def back_from_root_volume_replacement(self) -> bool:
+        """A launching action out of the group and back into it: the instance whose root volume was just replaced,
+        rebooted on its new volume, held by the launch hooks before it is in service again (see GROUP)."""
+        return self.transition is Transition.LAUNCHING and self.origin == GROUP and self.destination == GROUP
+
 
 # The token of a lifecycle the sweeper adopted (see nodecycle.domain.sweep.orphans): an action whose event never
 # became a record. No Auto Scaling API tells an action's token; CompleteLifecycleAction and

@@ -13,6 +13,7 @@ from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle_sandbox import Sandbox
 from nodecycle_sandbox.aws.control import SANDBOX_ACCOUNT
 from nodecycle_sandbox.aws.group import HookSpec
+from nodecycle_sandbox.aws.lifecycle import ROOT_VOLUME_BOOT_SECONDS, ROOT_VOLUME_REBOOT_SECONDS
 from nodecycle_sandbox.aws.records import LAUNCHING, REPLACE_ROOT_VOLUME, TERMINATING
 from nodecycle_sandbox.checks import completed_before_drained, pdb_breaches
 from tests.integration.lifecycle.harness import find_record, node_of, running, wait_for
@@ -64,6 +65,20 @@ def test_a_root_volume_replacement_drains_the_node_first_keeps_its_address_and_u
 
         # And each instance kept its Elastic IP: its network interfaces stay with it through the replacement
         assert {instance: addresses_of(sandbox, instance) for instance in instances} == addresses
+
+        # And each launch action after a replacement was completed once the rebooted kubelet ran, not on the node's
+        # Ready condition left from before the reboot
+        for instance in instances:
+            (replaced_at,) = timeline.instances[instance].root_volume_replaced_at
+            back_at = replaced_at + ROOT_VOLUME_REBOOT_SECONDS + ROOT_VOLUME_BOOT_SECONDS
+            (launch,) = [
+                a
+                for a in sandbox.aws.actions()
+                if a.instance_id == instance and a.transition == LAUNCHING and a.started_at > replaced_at
+            ]
+            assert (launch.outcome, launch.result) == ("completed", "CONTINUE")
+            assert launch.finished_at is not None
+            assert launch.finished_at >= back_at
 
         # And each node, the same object all along, is schedulable and Ready again once its instance is back, the
         # lifecycle that drained it over

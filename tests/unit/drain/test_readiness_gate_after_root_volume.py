@@ -1,0 +1,41 @@
+"""The launch readiness gate of an instance whose root volume was just replaced (an instance refresh with the
+ReplaceRootVolume strategy): the instance rebooted on its new volume before its launch action began, under the same
+node object, which stays Ready for the node monitor's grace (40 s) with the Lease the old kubelet last renewed. Only
+a renewal after the gate's first read is the rebooted kubelet's."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+import pytest
+
+from nodecycle.domain.model import GROUP
+from tests.support.fakes import T0
+from tests.support.readiness_gates import Dns, KubeletCluster, gate_on, poll_gate
+from tests.unit.drain.test_drain_steps import NODE, launching, node, readiness
+
+REBOOTED = T0 - timedelta(
+    seconds=1
+)  # the replacement's reboot: the old kubelet gone, a second before the launch
+BACK = 20  # seconds after the launch began, the rebooted kubelet runs (creates its first renewal)
+
+
+@pytest.mark.parametrize("last_renewal", [3, 9], ids=["renewed 3 s before", "renewed 9 s before"])
+def test_the_gate_after_a_root_volume_replacement_waits_for_the_rebooted_kubelet(last_renewal: int) -> None:
+    # Given a launch back from a root volume replacement (from the group to the group) begun at T0, its node still
+    # Ready from before the reboot, the old kubelet's last Lease renewal ``last_renewal`` seconds before T0 (it
+    # renewed every 10 s until the reboot), the rebooted kubelet back BACK seconds after T0
+    cluster = KubeletCluster(
+        nodes={NODE: node()},
+        first=T0 - timedelta(seconds=300 + last_renewal),
+        stopped=REBOOTED,
+        restarted=T0 + timedelta(seconds=BACK),
+    )
+    gate = gate_on(cluster, Dns(), readiness(readiness_timeout_seconds="120", drain_poll_seconds="5"))
+    record = launching(origin=GROUP, destination=GROUP, started_at=T0, received_at=T0 + timedelta(seconds=1))
+
+    # When the gate polls every 5 s
+    opened = poll_gate(gate, cluster, until=120, joins={}, record=record)
+
+    # Then it opens at its first poll after the rebooted kubelet's first renewal, not on the old kubelet's
+    assert opened == BACK
