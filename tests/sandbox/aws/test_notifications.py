@@ -138,6 +138,35 @@ def test_an_sqs_hook_gets_a_test_notification_then_flat_lifecycle_bodies(aws: Em
     assert hook["NotificationTargetARN"] == arn
 
 
+def test_an_sqs_hook_told_so_sends_lifecycle_bodies_without_origin_and_destination(aws: Emulation) -> None:
+    # Given a queue, and Auto Scaling told to leave Origin and Destination out of queue notifications (as its message
+    # example for SNS and SQS does)
+    url = aws.sqs.create_queue(QueueName="intake-bare")["QueueUrl"]
+    arn = aws.sqs.get_queue_attributes(QueueUrl=url, AttributeNames=["QueueArn"])["Attributes"]["QueueArn"]
+    aws.control.configure(notifications_tell_origin=False)
+    try:
+        # When a launch hook that notifies it is put, and an instance launches
+        group = aws.group(
+            HookSpec("ready", LAUNCHING, 60, target_arn=arn, role_arn="arn:aws:iam::123456789012:role/r")
+        )
+        group.set_desired(1)
+    finally:
+        aws.control.configure(notifications_tell_origin=True)
+
+    # Then the queue's lifecycle body has neither field, while the EventBridge event of the same action has both
+    bodies = [
+        json.loads(m["Body"])
+        for m in aws.sqs.receive_message(QueueUrl=url, MaxNumberOfMessages=10)["Messages"]
+    ]
+    (action,) = [b for b in bodies if "LifecycleActionToken" in b]
+    assert "Origin" not in action
+    assert "Destination" not in action
+    (event,) = [
+        e for e in aws.bus.events if e["detail"]["LifecycleActionToken"] == action["LifecycleActionToken"]
+    ]
+    assert (event["detail"]["Origin"], event["detail"]["Destination"]) == ("EC2", "AutoScalingGroup")
+
+
 def test_putting_a_hook_that_notifies_a_missing_queue_fails(aws: Emulation) -> None:
     # Given a group
     aws.group()
