@@ -315,7 +315,7 @@ class ReadinessGate:
                 warning=True,
             )
             return True
-        if record.back_from_root_volume_replacement:
+        if record.back_from_root_volume_replacement or _older_than_its_launch(node, record):
             if _renewed_after_first_read(renewed, record, extra):
                 return True
         elif _timed_by_intake(record):
@@ -363,11 +363,27 @@ class ReadinessGate:
         return looked >= SCAN_AFTER and polls % SCAN_EVERY == 0
 
 
+def _older_than_its_launch(node: NodeInfo, record: LifecycleRecord) -> bool:
+    """Whether a launch whose event said neither Origin nor Destination (a hook's queue notification need not:
+    see model.move_told_by_state) finds a node object registered before it began (less CLOCK_SKEW; the API server's
+    clock against Auto Scaling's): the node of an instance back from a root volume replacement, whose launch waits
+    in Pending:Wait as a new instance's does, or of a warm pool's instance so told, or another instance's of the same
+    name. A new instance registers its node after its launch began. Such a node's Lease may be the last renewal of
+    a kubelet gone moments before: it counts only as renewed after the gate's first read, at a renewal's wait at
+    most for a kubelet that runs."""
+    return (
+        record.origin is None
+        and record.destination is None
+        and node.created_at is not None
+        and node.created_at < record.started_at - CLOCK_SKEW
+    )
+
+
 def _renewed_after_first_read(
     renewed: datetime | None, record: LifecycleRecord, extra: dict[str, object]
 ) -> bool:
     """Whether the kubelet renewed the Lease since the gate's first read of it, for a launch after a root volume
-    replacement. Its node is the same object as before the reboot, still Ready for the node monitor's grace (40 s)
+    replacement (or on a node older than the launch: see _older_than_its_launch). Its node is the same object as before the reboot, still Ready for the node monitor's grace (40 s)
     and its Lease renewed by the old kubelet until the reboot began, moments before the launch action started: a
     replacement done within CLOCK_SKEW of the reboot (and an event time cut to the second) passed that Lease as
     renewed since the launch began, and the launch was completed, the instance put back in service and the

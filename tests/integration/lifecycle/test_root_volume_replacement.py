@@ -14,7 +14,7 @@ from nodecycle_sandbox import Sandbox
 from nodecycle_sandbox.aws.control import SANDBOX_ACCOUNT
 from nodecycle_sandbox.aws.group import HookSpec
 from nodecycle_sandbox.aws.lifecycle import ROOT_VOLUME_BOOT_SECONDS, ROOT_VOLUME_REBOOT_SECONDS
-from nodecycle_sandbox.aws.records import LAUNCHING, REPLACE_ROOT_VOLUME, TERMINATING
+from nodecycle_sandbox.aws.records import LAUNCHING, REPLACE_ROOT_VOLUME, TERMINATING, RefreshTimeline
 from nodecycle_sandbox.checks import completed_before_drained, pdb_breaches
 from tests.integration.lifecycle.harness import find_record, node_of, running, wait_for
 from tests.integration.lifecycle.test_warm_pool import addresses_of, cordoned, node_object, ready
@@ -68,17 +68,7 @@ def test_a_root_volume_replacement_drains_the_node_first_keeps_its_address_and_u
 
         # And each launch action after a replacement was completed once the rebooted kubelet ran, not on the node's
         # Ready condition left from before the reboot
-        for instance in instances:
-            (replaced_at,) = timeline.instances[instance].root_volume_replaced_at
-            back_at = replaced_at + ROOT_VOLUME_REBOOT_SECONDS + ROOT_VOLUME_BOOT_SECONDS
-            (launch,) = [
-                a
-                for a in sandbox.aws.actions()
-                if a.instance_id == instance and a.transition == LAUNCHING and a.started_at > replaced_at
-            ]
-            assert (launch.outcome, launch.result) == ("completed", "CONTINUE")
-            assert launch.finished_at is not None
-            assert launch.finished_at >= back_at
+        launched_back_after_the_reboot(sandbox, timeline, instances)
 
         # And each node, the same object all along, is schedulable and Ready again once its instance is back, the
         # lifecycle that drained it over
@@ -87,6 +77,22 @@ def test_a_root_volume_replacement_drains_the_node_first_keeps_its_address_and_u
             record = drained_for(sandbox, instance)
             assert record.step is Step.DONE
             assert record.outcome == "drained"
+
+
+def launched_back_after_the_reboot(sandbox: Sandbox, timeline: RefreshTimeline, instances: list[str]) -> None:
+    """Each of ``instances``' launch action after its root volume replacement was completed, once the rebooted
+    kubelet ran (ROOT_VOLUME_BOOT_SECONDS after the replacement is done)."""
+    for instance in instances:
+        (replaced_at,) = timeline.instances[instance].root_volume_replaced_at
+        back_at = replaced_at + ROOT_VOLUME_REBOOT_SECONDS + ROOT_VOLUME_BOOT_SECONDS
+        (launch,) = [
+            a
+            for a in sandbox.aws.actions()
+            if a.instance_id == instance and a.transition == LAUNCHING and a.started_at > replaced_at
+        ]
+        assert (launch.outcome, launch.result) == ("completed", "CONTINUE")
+        assert launch.finished_at is not None
+        assert launch.finished_at >= back_at
 
 
 def uncordoned_again(sandbox: Sandbox, node: str) -> None:
@@ -149,3 +155,7 @@ def test_a_root_volume_replacement_notified_by_a_queue_without_origin_is_drained
             record = drained_for(sandbox, instance)
             assert record.replaces_root_volume
             assert record.outcome == "drained"
+
+        # And each launch action after a replacement (told without Origin either: the state, Pending:Wait, cannot
+        # tell it from a new instance's) was completed once the rebooted kubelet ran
+        launched_back_after_the_reboot(sandbox, timeline, instances)

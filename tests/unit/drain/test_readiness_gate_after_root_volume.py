@@ -39,3 +39,41 @@ def test_the_gate_after_a_root_volume_replacement_waits_for_the_rebooted_kubelet
 
     # Then it opens at its first poll after the rebooted kubelet's first renewal, not on the old kubelet's
     assert opened == BACK
+
+
+def test_the_gate_of_a_launch_told_without_origin_on_a_node_older_than_it_waits_for_a_renewal_after_its_first_read() -> (
+    None
+):
+    # Given a launch told by the queue without Origin and Destination (its instance in Pending:Wait, as after a root
+    # volume replacement or a new instance), begun at T0, and its node an object registered long before (the
+    # instance's own, from before its reboot), still Ready, its Lease last renewed 3 s before T0 by a kubelet gone
+    # a second before; the rebooted kubelet back BACK seconds after T0
+    cluster = KubeletCluster(
+        nodes={NODE: node(created_at=T0 - timedelta(hours=1))},
+        first=T0 - timedelta(seconds=303),
+        stopped=REBOOTED,
+        restarted=T0 + timedelta(seconds=BACK),
+    )
+    gate = gate_on(cluster, Dns(), readiness(readiness_timeout_seconds="120", drain_poll_seconds="5"))
+    record = launching(origin=None, destination=None, started_at=T0, received_at=T0 + timedelta(seconds=1))
+
+    # When the gate polls every 5 s
+    opened = poll_gate(gate, cluster, until=120, joins={}, record=record)
+
+    # Then it opens only once that kubelet renewed the Lease, not on the renewal of the kubelet before the reboot
+    assert opened == BACK
+
+
+def test_the_gate_of_a_new_instance_opens_on_its_kubelets_first_renewal_as_before() -> None:
+    # Given a new instance's launch begun at T0, its node registered 20 s later, its kubelet renewing its Lease from
+    # then on
+    cluster = KubeletCluster(nodes={}, first=T0 + timedelta(seconds=20))
+    gate = gate_on(cluster, Dns(), readiness(readiness_timeout_seconds="120", drain_poll_seconds="5"))
+    record = launching(origin=None, destination=None, started_at=T0, received_at=T0 + timedelta(seconds=1))
+
+    # When the gate polls every 5 s
+    joined = node(created_at=T0 + timedelta(seconds=20))
+    opened = poll_gate(gate, cluster, until=120, joins={20: joined}, record=record)
+
+    # Then it opens at its first look at the Ready node
+    assert opened == 20

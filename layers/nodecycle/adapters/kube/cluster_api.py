@@ -120,6 +120,7 @@ def node_info(data: dict[str, Any]) -> NodeInfo:
             if t.get("effect") in ("NoSchedule", "NoExecute")
         ),
         cordoned_at=_cordoned_at(spec.get("taints") or []),
+        created_at=_timestamp(meta.get("creationTimestamp")),
     )
 
 

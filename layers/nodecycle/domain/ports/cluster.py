@@ -56,6 +56,9 @@ class NodeInfo(BaseModel):
     # deleted there stops while it lasts, but a runtime that answers again (containerd restarted) stops them with
     # their grace. A NotReady node whose kubelet reports otherwise (its runtime's network not ready) stops them.
     runtime_down: bool = False
+    # metadata.creationTimestamp, on the API server's clock as written (None: not told): a node older than the launch
+    # it is found for outlived its instance's reboot, or another instance's life (see launch.ReadinessGate)
+    created_at: datetime | None = None
 
     @property
     def lifecycle(self) -> str | None:
