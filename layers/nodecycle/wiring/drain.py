@@ -186,6 +186,7 @@ def engine() -> StepEngine:
                 events=events,
                 instances=instances,
                 maintenance_poll_seconds=MAINTENANCE_POLLS_PER_LOOK * config.drain_poll_seconds,
+                maintenance_lead=policy.maintenance_lead,
             ),
             Step.READY_GATE: ReadinessGate(
                 finder=finder,

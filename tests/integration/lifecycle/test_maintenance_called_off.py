@@ -128,3 +128,52 @@ def test_a_maintenance_moved_later_is_drained_for_its_new_start_not_its_old_one(
         assert drained.global_deadline == listed["NotBefore"]
         assert drained.drain_started_at is not None
         assert drained.drain_started_at.timestamp() >= began + STARTS_IN + MOVED_BY - 60 - 1
+
+
+# A reboot 12 s from now: MaintenanceLeadMinutes=1 drains at once; the customer then moves it 75 s from then, so that
+# its new drain is due 15 s after the move
+REBOOT_IN = 12.0
+MOVED_TO = 75.0
+
+
+def test_a_maintenance_moved_later_once_its_node_is_drained_is_drained_again_for_its_new_start() -> None:
+    with running(size=3, parameters={"MaintenanceLeadMinutes": "1"}) as sandbox:
+        instance = sorted(sandbox.asg.in_state("InService"))[0]
+        node = node_of(sandbox, instance)
+        store = records(sandbox)
+        key = f"{instance}/{Transition.SCHEDULED_CHANGE.short}"
+
+        # Given EC2's system reboot of an instance 12 s from now, its node drained for it (cordoned, empty), the
+        # lifecycle watching for the reboot's end
+        sandbox.asg.schedule_maintenance([instance], code="system-reboot", starts_in=REBOOT_IN)
+        drained = wait_for(
+            lambda: (r := store.get(key)) and r.drain_started_at and r.step is Step.CLEANUP and r,
+            REBOOT_IN,
+            "the reboot's drain",
+        )
+        assert cordoned(sandbox, node)
+
+        # When the customer moves the reboot 75 s on (ModifyInstanceEventStartTime; no Health event tells of it)
+        sandbox.asg.reschedule_maintenance([instance], starts_in=MOVED_TO)
+        (listed,) = sandbox.client("ec2").describe_instance_status(InstanceIds=[instance])[
+            "InstanceStatuses"
+        ][0]["Events"]
+        moved = listed["NotBefore"]
+
+        # Then the node is drained again a lead time before the new start, by a lifecycle timed by it: the watch
+        # after the first drain does not take the old start's passing for the reboot's end and leave it at that
+        again = wait_for(
+            lambda: (
+                (r := store.get(key))
+                and r.global_deadline == moved
+                and r.drain_started_at
+                and r.drain_started_at > drained.drain_started_at
+                and r
+            ),
+            MOVED_TO,
+            "the drain for the moved reboot",
+        )
+        assert again.drain_started_at is not None
+        assert again.drain_started_at.timestamp() >= moved.timestamp() - 60 - 1
+        wait_for(lambda: (r := store.get(key)) and r.step is Step.CLEANUP, 30, "the second drain over")
+        assert cordoned(sandbox, node)

@@ -28,6 +28,8 @@ from nodecycle.domain.model import (
     CARRIED_OVER,
     ENDS_ITS_INSTANCE,
     EXPIRY_UNTOLD,
+    KEPT_ON_NODE,
+    MAINTENANCE_LISTED,
     RESUMING_SPOT_ACTIONS,
     SET_ON_NODE,
     SPOT_ACTION,
@@ -87,6 +89,8 @@ MAINTENANCE_OVER_AFTER = timedelta(minutes=15)
 # Windows are hours. A watch still waiting this long after the maintenance's start (a kubelet that never came
 # back, an instance left in Standby) ends with the cordon kept, as before there was a watch: an operator looks.
 MAINTENANCE_WATCH_LIMIT = timedelta(days=2)
+# What joins a maintenance's token to the start it was moved to, in the token of the lifecycle for that start
+MOVED_TOKEN = "#moved-"
 # record.extra key: a node drained for its instance's root volume replacement (an instance refresh's
 # ReplaceRootVolume), its cordon kept through the reboot, watched since then for the instance back in service
 ROOT_VOLUME_WATCH = "root_volume_watch"
@@ -162,7 +166,10 @@ class Cleanup:
         events: Events,
         instances: MaintainedInstances,
         maintenance_poll_seconds: float = MAINTENANCE_POLL_SECONDS,
+        maintenance_lead: timedelta = timedelta(hours=1),
     ) -> None:
+        """``maintenance_lead``: how long before its start a maintenance is drained (MaintenanceLeadMinutes), for one
+        EC2 lists later than the start drained for (see ``_moved``)."""
         self._cluster = cluster
         self._slots = slots
         self._dispatcher = dispatcher
@@ -171,6 +178,7 @@ class Cleanup:
         self._events = events
         self._instances = instances
         self._maintenance_poll_seconds = maintenance_poll_seconds
+        self._maintenance_lead = maintenance_lead
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         outcome = self._cleanup(record, now)
@@ -611,10 +619,13 @@ class Cleanup:
         if not up(state) or in_group is None or in_group.startswith(NOT_COMING_BACK_STATES):
             why = f"instance {instance} is not coming back ({state or 'gone'}, {in_group})"
             return self._kept(node, record, why, leaving=True)
-        ahead = [
-            event for event in self._instances.scheduled_events(instance) if _may_come(event, record, now)
-        ]
-        if not ahead and state == "running" and in_group == "InService" and node.ready:
+        listed = self._instances.scheduled_events(instance)
+        ahead = [event for event in listed if _may_come(event, record, now)]
+        back = state == "running" and in_group == "InService" and node.ready
+        later = [event.not_before for event in listed if event.not_before > max(record.global_deadline, now)]
+        if not ahead and later:
+            return self._moved(node, record, min(later), back, now)
+        if not ahead and back:
             return self._lift_told(
                 node,
                 record,
@@ -634,6 +645,45 @@ class Cleanup:
         opens = min((event.not_before for event in ahead), default=now)
         delay = max(self._maintenance_poll_seconds, (opens - now).total_seconds())
         return Outcome.wait(delay, **watching)
+
+    def _moved(
+        self, node: NodeInfo, record: LifecycleRecord, starts: datetime, back: bool, now: datetime
+    ) -> Outcome:
+        """EC2 lists nothing of the instance's maintenance by this lifecycle's start, but one at ``starts``, later,
+        that no lifecycle on the record is for: the maintenance drained for was moved (a customer's
+        ModifyInstanceEventStartTime, of which no AWS Health event tells: EC2 User Guide, "Reschedule scheduled
+        events"), or it is one Health has not told of yet. Taken for over, the cordon was lifted and nothing drained
+        the node for it: the reboot or stop came to a node full of pods. The record is handed over to a lifecycle
+        for that start, due a lead time before it, as intake would have taken it in (see ``_drained_for``). The
+        cordon is lifted meanwhile when that is more than now and the instance is back in service with its node
+        Ready (not for a move within the lead time: drained again at once, the node takes no pods in between);
+        otherwise that lifecycle takes it over (KEPT_ON_NODE) and lifts it once its maintenance is over."""
+        due = max(now, starts - self._maintenance_lead)
+        extra = dict(record.extra)
+        if due > now and back:
+            lifted = self._lift_set(node, record)
+            if lifted is Claim.CONFLICT:
+                raise TransientError(CONFLICT)
+            if lifted is not None:
+                # (nothing of the node is this lifecycle's to hand over any more)
+                extra = {key: value for key, value in extra.items() if key not in (SET_ON_NODE, KEPT_ON_NODE)}
+                at = "%Y-%m-%d %H:%M:%SZ"
+                message = (
+                    f"The scheduled maintenance of {record.instance_id} was moved from "
+                    f"{record.global_deadline:{at}} to {starts:{at}}: the cordon set for it is lifted; the node is "
+                    f"drained again from {due:{at}}"
+                )
+                log.info("node %s is uncordoned: %s", node.name, message)
+                self._events.on_node(node.name, node.uid, "UncordonedUntilMaintenance", message)
+        log.warning(
+            "EC2 lists the maintenance of %s at %s, none by %s (moved): its node is drained for it from %s",
+            record.instance_id,
+            starts,
+            record.global_deadline,
+            due,
+        )
+        following = _drained_for(record, starts, due, now)
+        return Outcome.next(extra={**extra, SUCCESSOR: following.model_dump(mode="json")})
 
     def _spot_pace(self, record: LifecycleRecord, now: datetime) -> float:
         """How often the watch after a Spot interruption that stopped its instance looks: as the maintenance watch
@@ -875,3 +925,29 @@ def _may_come(event: ScheduledEvent, record: LifecycleRecord, now: datetime) -> 
     if event.not_before > max(record.global_deadline, now):
         return False
     return event.not_after is None or now < event.not_after + MAINTENANCE_OVER_AFTER
+
+
+def _drained_for(record: LifecycleRecord, starts: datetime, due: datetime, now: datetime) -> LifecycleRecord:
+    """The lifecycle that follows ``record`` on its record for the maintenance EC2 lists at ``starts`` (see
+    ``Cleanup._moved``): its plan from the start, due at ``due``, timed by that start, EC2 listing it
+    (MAINTENANCE_LISTED: called off before its drain, it is not drained for). Under a token of its own: the budget
+    refuses an ask under the token whose slot was given back, and a node's claim names the lifecycle by it."""
+    return LifecycleRecord(
+        id=record.id,
+        owner=record.owner,
+        instance_id=record.instance_id,
+        transition=record.transition,
+        token=f"{record.token.split(MOVED_TOKEN)[0]}{MOVED_TOKEN}{starts:%Y%m%dT%H%M%SZ}.{record.seq}",
+        group=record.group,
+        hook=record.hook,
+        plan=record.plan,
+        step=record.plan[0],
+        received_at=now,
+        started_at=record.started_at,
+        updated_at=now,
+        due_at=due,
+        heartbeat_timeout=0,
+        heartbeat_deadline=starts,
+        global_deadline=starts,
+        extra={MAINTENANCE_LISTED: True},
+    )
