@@ -31,7 +31,7 @@ from nodecycle.domain.model import (
     parse_record_id,
     record_id,
 )
-from nodecycle.domain.policy import PlanPolicy
+from nodecycle.domain.policy import PlanPolicy, maintenance_look
 from nodecycle.domain.ports.instances import (
     DOWN_STATES,
     GONE_STATES,
@@ -1059,8 +1059,11 @@ class Intake:
         return False
 
     def _drain_due(self, starts: datetime, now: datetime) -> datetime:
-        """When the drain for maintenance starting at ``starts`` is due: a lead time before it, or now."""
-        return max(now, starts - self._plan.maintenance_lead)
+        """When the lifecycle of maintenance starting at ``starts`` first runs: when its drain is due (a lead time
+        before it, or now), or sooner, to look at EC2's listing of it by then (see policy.MAINTENANCE_LOOK: a
+        customer may move it earlier, and no Health event tells of that); its first ask waits on until then."""
+        lead = self._plan.maintenance_lead
+        return max(now, min(starts - lead, now + maintenance_look(lead)))
 
     def _rescheduled(
         self, known: LifecycleRecord, record: LifecycleRecord, now: datetime, listed: tuple[datetime, ...]

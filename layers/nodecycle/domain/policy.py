@@ -113,6 +113,22 @@ class DrainPolicy:
     maintenance_lead: timedelta = timedelta(hours=1)
 
 
+# A maintenance's lifecycle waiting for its drain looks at EC2's listing of it again at least this often, and at least
+# once per lead time: a customer may move a scheduled event earlier (ModifyInstanceEventStartTime, to any start at least
+# 60 minutes ahead and up to its deadline: EC2 User Guide, "Reschedule a scheduled event"), and no AWS Health event
+# tells of that, so a lifecycle asleep until the old start's drain time met the maintenance after it had struck. 15
+# minutes is also the longest an SQS message waits (DelaySeconds): a waiting lifecycle's message wakes that often
+# anyway. Never more often than MAINTENANCE_LOOK_LEAST (a lead of 0).
+MAINTENANCE_LOOK = timedelta(minutes=15)
+MAINTENANCE_LOOK_LEAST = timedelta(minutes=1)
+
+
+def maintenance_look(lead: timedelta) -> timedelta:
+    """How long a maintenance's lifecycle drained ``lead`` before its start waits, at most, between two looks at
+    EC2's listing of it before its drain is due (see MAINTENANCE_LOOK)."""
+    return max(MAINTENANCE_LOOK_LEAST, min(MAINTENANCE_LOOK, lead))
+
+
 @dataclass(frozen=True)
 class ReadinessPolicy:
     """The launch readiness gate: how long a new node may take to be Ready, and what happens if it is not."""

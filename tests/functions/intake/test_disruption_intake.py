@@ -19,6 +19,7 @@ from nodecycle.adapters.aws.records import DynamoRecordStore
 from nodecycle.domain.completion import ended_by
 from nodecycle.domain.intake_budget import OutOfTime
 from nodecycle.domain.model import SUCCESSOR, LifecycleRecord, Step, Transition
+from nodecycle.domain.policy import MAINTENANCE_LOOK
 from nodecycle_sandbox.aws import ec2_instances
 from nodecycle_sandbox.aws.install import install
 from tests.functions.intake.conftest import GROUP, make_group
@@ -534,8 +535,11 @@ def an_hours_lead(monkeypatch: pytest.MonkeyPatch) -> None:
 
 
 def due_a_lead_before(record: dict[str, Any], starts: datetime) -> bool:
-    """Whether the record's next step is due the lead before ``starts`` (to the seconds the handler took)."""
-    return abs(datetime.fromisoformat(record["due_at"]) - (starts - LEAD)) < timedelta(seconds=5)
+    """Whether the record's next step is due the lead before ``starts`` (to the seconds the handler took), or at its
+    first look at EC2's listing before then (MAINTENANCE_LOOK after it was taken in), whichever comes first."""
+    taken = datetime.fromisoformat(record["received_at"])
+    due = min(starts - LEAD, taken + MAINTENANCE_LOOK)
+    return abs(datetime.fromisoformat(record["due_at"]) - due) < timedelta(seconds=5)
 
 
 @pytest.mark.usefixtures("an_hours_lead")
@@ -745,7 +749,9 @@ def test_two_maintenances_told_while_the_first_waits_are_each_drained_for_in_tur
     assert datetime.fromisoformat(record["global_deadline"]) == starts["reboot"]
     successor = LifecycleRecord.model_validate(record["extra"][SUCCESSOR])
     assert (successor.step, successor.global_deadline) == (Step.ACQUIRE_SLOT, starts["retirement"])
-    assert successor.due_at == starts["retirement"] - timedelta(hours=1)
+    assert successor.due_at == min(
+        starts["retirement"] - timedelta(hours=1), successor.received_at + MAINTENANCE_LOOK
+    )
     assert SUCCESSOR not in successor.extra
 
     # and Health telling of the retirement again (an update) queues nothing more

@@ -177,3 +177,40 @@ def test_a_maintenance_moved_later_once_its_node_is_drained_is_drained_again_for
         assert again.drain_started_at.timestamp() >= moved.timestamp() - 60 - 1
         wait_for(lambda: (r := store.get(key)) and r.step is Step.CLEANUP, 30, "the second drain over")
         assert cordoned(sandbox, node)
+
+
+# A reboot an hour from now (MaintenanceLeadMinutes=1: drained 59 minutes on), which the customer moves 90 s from then
+AN_HOUR = 3600.0
+MOVED_EARLIER_TO = 90.0
+
+
+def test_a_maintenance_moved_earlier_while_its_lifecycle_waits_is_drained_before_its_new_start() -> None:
+    with running(size=3, parameters={"MaintenanceLeadMinutes": "1"}) as sandbox:
+        instance = sorted(sandbox.asg.in_state("InService"))[0]
+        node = node_of(sandbox, instance)
+        store = records(sandbox)
+        key = f"{instance}/{Transition.SCHEDULED_CHANGE.short}"
+
+        # Given EC2's system reboot of an instance an hour from now, told by AWS Health and taken in
+        sandbox.asg.schedule_maintenance([instance], code="system-reboot", starts_in=AN_HOUR)
+        taken = wait_for(lambda: store.get(key), 30, "the maintenance taken in")
+        assert taken.drain_started_at is None
+
+        # When the customer moves it earlier, 90 s from now (ModifyInstanceEventStartTime; no Health event tells of
+        # it)
+        sandbox.asg.reschedule_maintenance([instance], starts_in=MOVED_EARLIER_TO)
+        (listed,) = sandbox.client("ec2").describe_instance_status(InstanceIds=[instance])[
+            "InstanceStatuses"
+        ][0]["Events"]
+        moved = listed["NotBefore"]
+
+        # Then its node is drained before the new start, by the lifecycle timed by it, not 59 minutes on
+        drained = wait_for(
+            lambda: (r := store.get(key)) and r.drain_started_at and r,
+            MOVED_EARLIER_TO,
+            "the drain for the reboot moved earlier",
+        )
+        assert drained.global_deadline == moved
+        assert drained.drain_started_at is not None
+        assert drained.drain_started_at < moved
+        assert cordoned(sandbox, node)

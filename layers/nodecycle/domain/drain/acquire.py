@@ -43,7 +43,7 @@ from nodecycle.domain.model import (
     record_id,
 )
 from nodecycle.domain.nodes import NODE_NAME, PRIVATE_DNS, NodeFinder
-from nodecycle.domain.policy import DrainPolicy
+from nodecycle.domain.policy import DrainPolicy, maintenance_look
 from nodecycle.domain.ports.budget import Slots
 from nodecycle.domain.ports.cluster import Cluster, Events, Refused
 from nodecycle.domain.ports.instances import ScheduledEvents
@@ -70,6 +70,9 @@ _ASK_FAILURES = (ASK_UNREAD, ASK_UNREAD_TOLD, ASK_BUDGET_FAILING, ASK_BUDGET_FAI
 # and a drain due that soon after is not held back for EC2's listing. Past it, one EC2 never listed (a Health event
 # type that is no scheduled event of the instance's) is not drained for (see AcquireSlot._as_listed).
 MAINTENANCE_LISTED_WITHIN = timedelta(hours=1)
+# A maintenance's first ask this much or more before its drain's due time is a look before it (see
+# AcquireSlot._as_listed); nearer, the drain is due (a message runs up to a second before its due time)
+EARLY_BY = timedelta(seconds=2)
 
 
 def _ordinal(number: int) -> str:
@@ -309,45 +312,60 @@ class AcquireSlot:
         (ModifyInstanceEventStartTime): the lifecycle taken in at Health's first notice, days or weeks before, still
         ran at its due time. Called off, it emptied the node and took a slot from the nodes that need one; moved
         later, the watch after the drain found nothing coming by the old start, lifted the cordon at once, and
-        nothing drained the node for the new one.
+        nothing drained the node for the new one; moved earlier, it ran after the maintenance had struck.
 
         - EC2 lists no maintenance of the instance: called off, or carried out (listed "[Canceled]" or
-          "[Completed]", or no more), or never EC2's (a Health event type that is no scheduled event of the
-          instance's): not drained for (``maintenance-not-listed``). When EC2 listed it at intake
-          (MAINTENANCE_LISTED); one it did not list then, once EC2 has had MAINTENANCE_LISTED_WITHIN to list it (its
-          list may lag Health's notice: drained as Health tells it before then).
-        - EC2 lists one starting by this one's start (it, or one before it): drained now.
+          "[Completed]", or no more: an instance-reboot the customer's own reboot carried out), or never EC2's (a
+          Health event type that is no scheduled event of the instance's): not drained for
+          (``maintenance-not-listed``). When EC2 listed it at intake (MAINTENANCE_LISTED); one it did not list then,
+          once EC2 has had MAINTENANCE_LISTED_WITHIN to list it (its list may lag Health's notice: drained as Health
+          tells it before then).
+        - EC2 lists one starting before this one's start (moved earlier, or one before it): the lifecycle is timed by
+          it, and drained a lead time before it (now, when that has passed).
+        - EC2 lists one at this one's start: drained now, once that is a lead time away.
         - EC2 lists only later ones, the first of them the next lifecycle's on the record (SUCCESSOR) or later: this
           one was called off, and that one drains in its own time (``maintenance-not-listed``).
         - Otherwise it was moved later: the lifecycle waits for the lead time before the new start, timed by it (its
           next first ask looks again).
 
-        Not for a lifecycle that took over a cordon the one before it on the record kept (its cleanup lifts it), nor
-        when EC2 does not answer: the drain is not held back for a look. Asked once per first ask
-        (DescribeInstanceStatus), of a maintenance's drain only: no call of a terminate lifecycle's, nor of a
+        Intake runs a lifecycle before its drain is due to look (see policy.MAINTENANCE_LOOK): until then, each look
+        that finds nothing to do sooner waits for the next (no slot asked for). Not for a lifecycle that took over a
+        cordon the one before it on the record kept (its cleanup lifts it): it waits for its due time unlooked, then
+        drains; nor when EC2 does not answer: the drain is not held back for a look once due. Asked once per first
+        ask (DescribeInstanceStatus), of a maintenance's drain only: no call of a terminate lifecycle's, nor of a
         waiter's later asks."""
-        if (
-            self._maintenance is None
-            or record.slot_waiting_since is not None
-            or record.extra.get(KEPT_ON_NODE)
-        ):
+        if self._maintenance is None or record.slot_waiting_since is not None:
             return None
+        early = record.global_deadline - self._policy.maintenance_lead - now > EARLY_BY
+        if record.extra.get(KEPT_ON_NODE):
+            return self._until_due(record, record.global_deadline, now) if early else None
         listed_then = bool(record.extra.get(MAINTENANCE_LISTED))
         if not listed_then and now - record.started_at < MAINTENANCE_LISTED_WITHIN:
-            return None  # (EC2 may not list it yet)
+            # (EC2 may not list it yet)
+            return self._until_due(record, record.global_deadline, now) if early else None
         try:
             starts = sorted(
                 event.not_before for event in self._maintenance.scheduled_events(record.instance_id)
             )
         except TransientError as error:
             log.warning(
-                "whether EC2 still lists the maintenance of %s cannot be told (%s): drained for it",
+                "whether EC2 still lists the maintenance of %s cannot be told (%s): %s",
                 record.instance_id,
                 error,
+                "looked at again" if early else "drained for it",
             )
-            return None
-        if starts and starts[0] <= record.global_deadline:
-            return None
+            return self._until_due(record, record.global_deadline, now) if early else None
+        if starts and starts[0] < record.global_deadline:
+            log.warning(
+                "EC2 lists the maintenance of %s at %s, before %s (moved earlier): its node is drained from %s",
+                record.instance_id,
+                starts[0],
+                record.global_deadline,
+                max(now, starts[0] - self._policy.maintenance_lead),
+            )
+            return self._until_due(record, starts[0], now)
+        if starts and starts[0] == record.global_deadline:
+            return self._until_due(record, starts[0], now) if early else None
         successor = record.successor
         following = None if successor is None else successor.global_deadline
         if not starts or (following is not None and following <= starts[0]):
@@ -363,18 +381,24 @@ class AcquireSlot:
             )
             return Outcome.goto(settle_step(record), outcome="maintenance-not-listed")
         moved = starts[0]
-        due = max(now, moved - self._policy.maintenance_lead)
         log.warning(
             "EC2 lists the maintenance of %s at %s, no more at %s (moved): its node is drained from %s",
             record.instance_id,
             moved,
             record.global_deadline,
-            due,
+            max(now, moved - self._policy.maintenance_lead),
         )
-        extra = {**record.extra, MAINTENANCE_LISTED: True}
-        return Outcome.wait(
-            (due - now).total_seconds(), global_deadline=moved, heartbeat_deadline=moved, extra=extra
-        )
+        return self._until_due(record, moved, now, extra={**record.extra, MAINTENANCE_LISTED: True})
+
+    def _until_due(self, record: LifecycleRecord, starts: datetime, now: datetime, **changes: Any) -> Outcome:
+        """A maintenance's lifecycle, timed by its start ``starts`` as EC2 lists it, waits for its drain's due time (a
+        lead time before that start), looking at EC2 again meanwhile (see policy.MAINTENANCE_LOOK); a start moved
+        earlier into the lead time runs its first ask again at once, under the new start."""
+        lead = self._policy.maintenance_lead
+        wait = min(max(now, starts - lead) - now, maintenance_look(lead))
+        if starts != record.global_deadline:
+            changes = {**changes, "global_deadline": starts, "heartbeat_deadline": starts}
+        return Outcome.wait(wait.total_seconds(), **changes)
 
     def _unread(self, record: LifecycleRecord, error: TransientError | Refused, now: datetime) -> Outcome:
         """The API server fails the read of the node (an etcd that times out, 5xx, throttling) or refuses it (RBAC:
