@@ -6,7 +6,9 @@ import itertools
 from collections.abc import Collection, Iterator
 from typing import TYPE_CHECKING
 
-from nodecycle.adapters.aws.clients import LazyClient, transient_errors
+from botocore.exceptions import ClientError
+
+from nodecycle.adapters.aws.clients import LazyClient, error_code, transient_errors
 from nodecycle.domain.ports.instances import GONE_STATES, InstanceFacts, ScheduledEvent
 
 if TYPE_CHECKING:
@@ -14,6 +16,7 @@ if TYPE_CHECKING:
     from mypy_boto3_ec2.type_defs import InstanceTypeDef
 
 INSTANCE_FILTER_MAX = 200  # values one DescribeInstances filter accepts
+UNKNOWN_INSTANCE = "InvalidInstanceID.NotFound"  # EC2's error for an instance id it does not know
 GROUP_NAME_TAG = "aws:autoscaling:groupName"  # Auto Scaling tags the instances of a group with its name
 
 
@@ -59,8 +62,17 @@ class Ec2Instances:
         return any(code.startswith("marked-for-") for code in codes)
 
     def scheduled_events(self, instance_id: str) -> list[ScheduledEvent]:
-        with transient_errors("describing an instance's scheduled events"):
-            found = self._ec2().describe_instance_status(InstanceIds=[instance_id], IncludeAllInstances=True)
+        try:
+            with transient_errors("describing an instance's scheduled events"):
+                found = self._ec2().describe_instance_status(
+                    InstanceIds=[instance_id], IncludeAllInstances=True
+                )
+        except ClientError as error:
+            # Naming an instance EC2 no longer knows (forgotten about an hour after its termination: TerminateInstances
+            # in the EC2 API Reference) fails the whole call; such an instance has no maintenance to come
+            if error_code(error) == UNKNOWN_INSTANCE:
+                return []
+            raise
         # An event over, or called off, stays listed for a week with its description so prefixed; one without
         # a start says nothing of when to drain.
         return [
