@@ -1,6 +1,7 @@
 """A scheduled maintenance that EC2 no longer lists when its drain comes due (called off after AWS Health told of
 it), or never listed (a Health scheduled change that is no scheduled event of the instance's), drains no node; one
-EC2 lists at a later start (moved) is drained for that start: end to end, EC2's listing read through
+EC2 lists at a later start (moved) is drained for that start, whether moved before its drain or after it, and one
+moved earlier while its lifecycle waits is drained before its new start: end to end, EC2's listing read through
 DescribeInstanceStatus as the drain function reads it."""
 
 from __future__ import annotations
