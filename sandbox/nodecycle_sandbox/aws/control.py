@@ -80,6 +80,7 @@ class AwsControls(Protocol):
         code: str = "instance-retirement",
         starts_in: float,
         duration: float = 7200,
+        deadline_in: float | None = None,
     ) -> None: ...
 
     def reschedule_maintenance(self, *, instance_ids: list[str], starts_in: float) -> None: ...
@@ -233,11 +234,13 @@ class AwsControl:
         code: str = "instance-retirement",
         starts_in: float,
         duration: float = 7200,
+        deadline_in: float | None = None,
     ) -> None:
         """A scheduled event (``code``, as DescribeInstanceStatus names it) starting ``starts_in`` seconds from
-        now, on the instances' status and as an AWS Health event."""
+        now, on the instances' status and as an AWS Health event; ``deadline_in``: the latest start it may be moved
+        to, in seconds from now (its NotBeforeDeadline); None: it has none and cannot be moved."""
         self.emulator.disruptions.schedule_maintenance(
-            instance_ids, code=code, starts_in=starts_in, duration=duration
+            instance_ids, code=code, starts_in=starts_in, duration=duration, deadline_in=deadline_in
         )
 
     def reschedule_maintenance(self, *, instance_ids: list[str], starts_in: float) -> None:

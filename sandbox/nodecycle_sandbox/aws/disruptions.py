@@ -285,7 +285,13 @@ class DisruptionEmulator:
     # -- scheduled events -------------------------------------------------------------------------
 
     def schedule_maintenance(
-        self, instance_ids: list[str], *, code: str, starts_in: float, duration: float
+        self,
+        instance_ids: list[str],
+        *,
+        code: str,
+        starts_in: float,
+        duration: float,
+        deadline_in: float | None = None,
     ) -> None:
         if code not in ec2_events.HEALTH_CODES:
             raise ValueError(f"Unknown scheduled event code {code}: one of {sorted(ec2_events.HEALTH_CODES)}")
@@ -309,6 +315,12 @@ class DisruptionEmulator:
                         "Description": ec2_events.DESCRIPTIONS[code],
                         "NotBefore": datetime.fromtimestamp(starts, tz=UTC),
                         "NotAfter": datetime.fromtimestamp(ends, tz=UTC),
+                        # (only an event with a deadline may be moved, up to it: see reschedule_maintenance)
+                        **(
+                            {}
+                            if deadline_in is None
+                            else {"NotBeforeDeadline": datetime.fromtimestamp(now + deadline_in, tz=UTC)}
+                        ),
                     }
                 )
                 # DescribeInstanceStatus answers the model's events (moto serializes its attributes).
@@ -318,9 +330,11 @@ class DisruptionEmulator:
     def reschedule_maintenance(self, instance_ids: list[str], *, starts_in: float) -> None:
         """The instances' first pending scheduled event moved to start ``starts_in`` seconds from now, its window as
         long as before, as EC2's ModifyInstanceEventStartTime moves it (a customer's reschedule: EC2 User Guide,
-        "Reschedule scheduled events"), which moto lacks. EC2 refuses to move an event that has begun; its other
-        bounds (a new start at least 60 minutes ahead, before the event's deadline) are not held to, so that a test
-        need not wait an hour. No AWS Health event tells of the move (AWS documents none): only EC2's listing does."""
+        "Reschedule a scheduled event for an EC2 instance"), which moto lacks. EC2 refuses to move an event that has
+        begun, one that has no deadline (NotBeforeDeadline: "only events with an event deadline date can be
+        rescheduled"), and a new start past that deadline; its other bounds (a new start at least 60 minutes ahead,
+        none within 5 minutes of the event's start) are not held to, so that a test need not wait an hour. No AWS
+        Health event tells of the move (AWS documents none): only EC2's listing does."""
         with self._lifecycle.lock:
             now = datetime.fromtimestamp(time.time(), tz=UTC)
             for instance_id in instance_ids:
@@ -329,7 +343,17 @@ class DisruptionEmulator:
                     raise ValueError(
                         f"The scheduled event of {instance_id} has begun: it cannot be rescheduled"
                     )
+                deadline = first.get("NotBeforeDeadline")
+                if deadline is None:
+                    raise ValueError(
+                        f"The scheduled event of {instance_id} has no deadline (NotBeforeDeadline): it cannot be "
+                        "rescheduled"
+                    )
                 starts = datetime.fromtimestamp(time.time() + starts_in, tz=UTC)
+                if starts > deadline:
+                    raise ValueError(
+                        f"The scheduled event of {instance_id} cannot be rescheduled past its deadline {deadline}"
+                    )
                 moved = {
                     **first,
                     "NotBefore": starts,

@@ -207,9 +207,16 @@ class AutoScalingGroup:
         self.control.recommend_rebalance(instance_id=instance_id)
 
     def schedule_maintenance(
-        self, instance_ids: list[str], *, starts_in: float, code: str = "instance-retirement"
+        self,
+        instance_ids: list[str],
+        *,
+        starts_in: float,
+        code: str = "instance-retirement",
+        deadline_in: float | None = None,
     ) -> None:
-        self.control.schedule_maintenance(instance_ids=instance_ids, code=code, starts_in=starts_in)
+        self.control.schedule_maintenance(
+            instance_ids=instance_ids, code=code, starts_in=starts_in, deadline_in=deadline_in
+        )
 
     def reschedule_maintenance(self, instance_ids: list[str], *, starts_in: float) -> None:
         self.control.reschedule_maintenance(instance_ids=instance_ids, starts_in=starts_in)

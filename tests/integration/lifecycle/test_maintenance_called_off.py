@@ -25,6 +25,7 @@ pytestmark = pytest.mark.slow
 STARTS_IN = 75.0
 TOLD_AGO = 2 * 3600.0  # AWS Health's notice of a scheduled change long before its drain is due
 MOVED_BY = 30.0  # how much later a customer moves a maintenance
+DEADLINE_IN = 7 * 86400.0  # the latest start EC2 lets a reboot be moved to (its NotBeforeDeadline), from now
 
 
 def finished(sandbox: Sandbox, instance: str) -> LifecycleRecord:
@@ -102,7 +103,9 @@ def test_a_maintenance_moved_later_is_drained_for_its_new_start_not_its_old_one(
 
         # Given EC2's system reboot of an instance, told by AWS Health and taken in (its drain due in 15 s)
         began = time.time()
-        sandbox.asg.schedule_maintenance([instance], code="system-reboot", starts_in=STARTS_IN)
+        sandbox.asg.schedule_maintenance(
+            [instance], code="system-reboot", starts_in=STARTS_IN, deadline_in=DEADLINE_IN
+        )
         taken = wait_for(
             lambda: store.get(f"{instance}/{Transition.SCHEDULED_CHANGE.short}"),
             30,
@@ -146,7 +149,9 @@ def test_a_maintenance_moved_later_once_its_node_is_drained_is_drained_again_for
 
         # Given EC2's system reboot of an instance 12 s from now, its node drained for it (cordoned, empty), the
         # lifecycle watching for the reboot's end
-        sandbox.asg.schedule_maintenance([instance], code="system-reboot", starts_in=REBOOT_IN)
+        sandbox.asg.schedule_maintenance(
+            [instance], code="system-reboot", starts_in=REBOOT_IN, deadline_in=DEADLINE_IN
+        )
         drained = wait_for(
             lambda: (r := store.get(key)) and r.drain_started_at and r.step is Step.CLEANUP and r,
             REBOOT_IN,
@@ -193,7 +198,9 @@ def test_a_maintenance_moved_earlier_while_its_lifecycle_waits_is_drained_before
         key = f"{instance}/{Transition.SCHEDULED_CHANGE.short}"
 
         # Given EC2's system reboot of an instance an hour from now, told by AWS Health and taken in
-        sandbox.asg.schedule_maintenance([instance], code="system-reboot", starts_in=AN_HOUR)
+        sandbox.asg.schedule_maintenance(
+            [instance], code="system-reboot", starts_in=AN_HOUR, deadline_in=DEADLINE_IN
+        )
         taken = wait_for(lambda: store.get(key), 30, "the maintenance taken in")
         assert taken.drain_started_at is None
 

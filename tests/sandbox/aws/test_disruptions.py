@@ -310,10 +310,10 @@ def test_scheduled_maintenance_carried_out_or_called_off_is_listed_so_and_a_reti
 def test_a_scheduled_event_rescheduled_is_listed_at_its_new_start_and_no_health_event_tells_of_it(
     aws: Emulation,
 ) -> None:
-    # Given a reboot of an instance in an hour, told by AWS Health
+    # Given a reboot of an instance in an hour, which may be moved up to a week on (its deadline), told by AWS Health
     group = aws.group(size=1)
     (instance,) = group.instances()
-    group.schedule_maintenance([instance], code="system-reboot", starts_in=3600)
+    group.schedule_maintenance([instance], code="system-reboot", starts_in=3600, deadline_in=7 * 86400)
     (before,) = aws.ec2.describe_instance_status(InstanceIds=[instance])["InstanceStatuses"][0]["Events"]
     told = len(ec2_events(aws, "AWS Health Event"))
 
@@ -328,9 +328,24 @@ def test_a_scheduled_event_rescheduled_is_listed_at_its_new_start_and_no_health_
     )
     assert after["NotAfter"] - after["NotBefore"] == before["NotAfter"] - before["NotBefore"]
     assert len(ec2_events(aws, "AWS Health Event")) == told
+    assert after["NotBeforeDeadline"] == before["NotBeforeDeadline"]
+    # ...and EC2 refuses to move it past its deadline
+    with pytest.raises(Exception, match="deadline"):
+        group.reschedule_maintenance([instance], starts_in=8 * 86400)
+    # ...or to move an event that has no deadline (a retirement, as scheduled without one)
+    group.end_maintenance([instance], canceled=True)
+    group.schedule_maintenance([instance], code="instance-retirement", starts_in=3600)
+    (retirement,) = [
+        e
+        for e in aws.ec2.describe_instance_status(InstanceIds=[instance])["InstanceStatuses"][0]["Events"]
+        if e["Code"] == "instance-retirement"
+    ]
+    assert "NotBeforeDeadline" not in retirement
+    with pytest.raises(Exception, match="no deadline"):
+        group.reschedule_maintenance([instance], starts_in=7200)
     # ...and an event already begun cannot be moved (EC2 refuses it)
     group.end_maintenance([instance], canceled=True)
-    group.schedule_maintenance([instance], code="instance-reboot", starts_in=-60)
+    group.schedule_maintenance([instance], code="instance-reboot", starts_in=-60, deadline_in=86400)
     with pytest.raises(Exception, match="has begun"):
         group.reschedule_maintenance([instance], starts_in=3600)
 
