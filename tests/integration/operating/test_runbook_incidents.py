@@ -143,7 +143,8 @@ def test_a_stalled_drain_queue_is_sent_to_the_stall_entry_and_moves_on_once_its_
 def removal_listing() -> tuple[str, str]:
     """The tag filter and the query of docs/removing.md's listing of the addresses to release by hand."""
     text = (ROOT / "docs/removing.md").read_text()
-    (command,) = re.findall(r"aws ec2 describe-addresses (.*?) --output text", text, flags=re.DOTALL)
+    # (the first listing: the addresses to release; the one after it lists the pool's, left to the operator)
+    command = re.findall(r"aws ec2 describe-addresses (.*?) --output text", text, flags=re.DOTALL)[0]
     (owner_filter,) = re.findall(r"--filters Name=(tag:[^,]+),Values=\$OWNER", command)
     (query,) = re.findall(r"--query '([^']+)'", command)
     return owner_filter, query
@@ -207,7 +208,12 @@ def test_the_nodes_removing_lists_for_clearing_are_the_stacks_own(sandbox: Sandb
         # When the operator lists the nodes to clear as docs/removing.md says (its shell: OWNER set, as the
         # section before sets it)
         text = (ROOT / "docs/removing.md").read_text()
-        (listing,) = [line for line in text.splitlines() if line.startswith("kubectl get nodes")]
+        # (the listing by owner; the one after it lists the nodes marked released, whoever's)
+        (listing,) = [
+            line
+            for line in text.splitlines()
+            if line.startswith("kubectl get nodes") and "annotations.nodecycle\\.io/owner" in line
+        ]
         ran = subprocess.run(
             ["bash", "-c", f"OWNER={shlex.quote(sandbox.env['NODECYCLE_OWNER_ID'])}\n{listing}"],
             env={
@@ -479,6 +485,9 @@ def run_aws(sandbox: Sandbox, command: str, outputs: dict[str, str]) -> Any:
         option = word[2:]
         if option == "query":  # (the AWS CLI's own filter of the answer, JMESPath: applied below)
             query = next(words)
+            continue
+        if option == "output":  # (the AWS CLI's own format of the answer: the answer is read as it is)
+            next(words)
             continue
         if option.startswith("no-") and option[3:] in by_option:
             params[by_option[option[3:]]] = False
