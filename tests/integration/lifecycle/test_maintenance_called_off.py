@@ -2,12 +2,20 @@
 it), or never listed (a Health scheduled change that is no scheduled event of the instance's), drains no node; one
 EC2 lists at a later start (moved) is drained for that start, whether moved before its drain or after it, and one
 moved earlier while its lifecycle waits is drained before its new start: end to end, EC2's listing read through
-DescribeInstanceStatus as the drain function reads it."""
+DescribeInstanceStatus as the drain function reads it.
+
+The first three are one sandbox's, the two moves after a drain or while waiting another's, each on an instance of
+its own, set going at once: each waits for its maintenance's lead time (15 s and more, real time), and one after
+the other on a sandbox each the file took five sandboxes' starts and the sum of those waits. Each test's instance
+is the only one its maintenance names, and its assertions are about its own node and its own lifecycle."""
 
 from __future__ import annotations
 
 import time
+from collections.abc import Iterator
+from dataclasses import dataclass
 from datetime import UTC, datetime
+from typing import Any, cast
 
 import pytest
 
@@ -24,8 +32,24 @@ pytestmark = pytest.mark.slow
 # intake to take it in and for EC2 to call it off before then
 STARTS_IN = 75.0
 TOLD_AGO = 2 * 3600.0  # AWS Health's notice of a scheduled change long before its drain is due
-MOVED_BY = 30.0  # how much later a customer moves a maintenance
+# How much later a customer moves a maintenance: its drain comes due 15 s after the old due time, which a drain
+# for the old start (due at 15 s, begun within a poll of it) is well short of
+MOVED_BY = 15.0
 DEADLINE_IN = 7 * 86400.0  # the latest start EC2 lets a reboot be moved to (its NotBeforeDeadline), from now
+
+
+@dataclass(frozen=True)
+class Maintenances:
+    """The sandbox, and what each test's instance went through before its maintenance's drain came due."""
+
+    sandbox: Sandbox
+    called_off: str  # EC2's system reboot, told and taken in, then called off
+    called_off_taken: LifecycleRecord  # its lifecycle as intake took it in, before the call-off
+    never_listed: str  # a Health scheduled change EC2 never lists
+    moved: str  # EC2's system reboot, taken in, then moved MOVED_BY later
+    moved_began: float  # when its maintenance was scheduled (time.time())
+    moved_taken: LifecycleRecord  # its lifecycle as intake took it in, before the move
+    moved_listed: dict[str, Any]  # EC2's listing of its event once moved (DescribeInstanceStatus)
 
 
 def finished(sandbox: Sandbox, instance: str) -> LifecycleRecord:
@@ -37,42 +61,28 @@ def finished(sandbox: Sandbox, instance: str) -> LifecycleRecord:
     )
 
 
-def test_a_maintenance_called_off_before_its_drain_is_due_drains_no_node() -> None:
+def taken_in(sandbox: Sandbox, instance: str) -> LifecycleRecord:
+    store = records(sandbox)
+    return wait_for(
+        lambda: store.get(f"{instance}/{Transition.SCHEDULED_CHANGE.short}"),
+        30,
+        "the maintenance taken in",
+    )
+
+
+@pytest.fixture(scope="module")
+def maintenances() -> Iterator[Maintenances]:
     with running(size=3, parameters={"MaintenanceLeadMinutes": "1"}) as sandbox:
-        instance = sorted(sandbox.asg.in_state("InService"))[0]
-        node = node_of(sandbox, instance)
-        store = records(sandbox)
+        called_off, never_listed, moved = sorted(sandbox.asg.in_state("InService"))
         sandbox.kube.reset_history()
 
-        # Given EC2's system reboot of an instance, told by AWS Health and taken in (its drain due in 15 s)
-        sandbox.asg.schedule_maintenance([instance], code="system-reboot", starts_in=STARTS_IN)
-        taken = wait_for(
-            lambda: store.get(f"{instance}/{Transition.SCHEDULED_CHANGE.short}"),
-            30,
-            "the maintenance taken in",
+        # EC2's system reboots of two instances, each told by AWS Health (their drains due in 15 s)
+        began = time.time()
+        sandbox.asg.schedule_maintenance([called_off], code="system-reboot", starts_in=STARTS_IN)
+        sandbox.asg.schedule_maintenance(
+            [moved], code="system-reboot", starts_in=STARTS_IN, deadline_in=DEADLINE_IN
         )
-        assert taken.step is Step.ACQUIRE_SLOT
-        assert taken.extra.get(MAINTENANCE_LISTED)
-        assert taken.due_at > datetime.now(UTC), "taken in too late for the test: its drain began"
-
-        # When EC2 calls it off (it lists the event "[Canceled]", and Health's update of it is closed)
-        sandbox.asg.end_maintenance([instance], canceled=True)
-
-        # Then, its due time come, the node is neither given a slot nor cordoned, and the lifecycle ends saying why
-        record = finished(sandbox, instance)
-        assert record.outcome == "maintenance-not-listed"
-        assert record.drain_started_at is None
-        assert node not in holders_seen(sandbox.kube.history())
-        assert not cordoned(sandbox, node)
-
-
-def test_a_health_scheduled_change_ec2_never_lists_drains_no_node() -> None:
-    with running(size=3, parameters={"MaintenanceLeadMinutes": "1"}) as sandbox:
-        instance = sorted(sandbox.asg.in_state("InService"))[0]
-        node = node_of(sandbox, instance)
-        sandbox.kube.reset_history()
-
-        # Given an AWS Health scheduled change of EC2 naming the instance, told two hours ago and starting in 75 s,
+        # and an AWS Health scheduled change of EC2 naming the third, told two hours ago and starting in 75 s,
         # which EC2 does not list among the instance's scheduled events (DescribeInstanceStatus): taken in, as
         # Health's own event (EC2's list may lag it)
         now = time.time()
@@ -81,144 +91,210 @@ def test_a_health_scheduled_change_ec2_never_lists_drains_no_node() -> None:
             at=now - TOLD_AGO,
             account=account,
             region=sandbox.options.region,
-            instance_ids=[instance],
+            instance_ids=[never_listed],
             code="instance-retirement",
             starts=now + STARTS_IN,
             ends=now + STARTS_IN + 3600,
         )
         sandbox.publish(event)
+
+        # The two reboots taken in before their drains came due; then EC2 calls the first off (it lists the event
+        # "[Canceled]", and Health's update of it is closed), and the customer moves the second MOVED_BY later
+        # (ModifyInstanceEventStartTime; no Health event tells of it)
+        called_off_taken = taken_in(sandbox, called_off)
+        moved_taken = taken_in(sandbox, moved)
+        assert called_off_taken.due_at > datetime.now(UTC), "taken in too late for the test: its drain began"
+        assert moved_taken.due_at > datetime.now(UTC), "taken in too late for the test: its drain began"
+        sandbox.asg.end_maintenance([called_off], canceled=True)
+        sandbox.asg.reschedule_maintenance([moved], starts_in=began + STARTS_IN + MOVED_BY - time.time())
+        (listed,) = sandbox.client("ec2").describe_instance_status(InstanceIds=[moved])["InstanceStatuses"][
+            0
+        ]["Events"]
         wait_for(lambda: handled(sandbox, event["id"]), 30, "intake's handling of the event")
-
-        # Then, its due time come, EC2 listing nothing, the node is neither given a slot nor cordoned
-        record = finished(sandbox, instance)
-        assert record.outcome == "maintenance-not-listed"
-        assert node not in holders_seen(sandbox.kube.history())
-        assert not cordoned(sandbox, node)
-
-
-def test_a_maintenance_moved_later_is_drained_for_its_new_start_not_its_old_one() -> None:
-    with running(size=3, parameters={"MaintenanceLeadMinutes": "1"}) as sandbox:
-        instance = sorted(sandbox.asg.in_state("InService"))[0]
-        store = records(sandbox)
-
-        # Given EC2's system reboot of an instance, told by AWS Health and taken in (its drain due in 15 s)
-        began = time.time()
-        sandbox.asg.schedule_maintenance(
-            [instance], code="system-reboot", starts_in=STARTS_IN, deadline_in=DEADLINE_IN
+        yield Maintenances(
+            sandbox=sandbox,
+            called_off=called_off,
+            called_off_taken=called_off_taken,
+            never_listed=never_listed,
+            moved=moved,
+            moved_began=began,
+            moved_taken=moved_taken,
+            moved_listed=listed,
         )
-        taken = wait_for(
-            lambda: store.get(f"{instance}/{Transition.SCHEDULED_CHANGE.short}"),
-            30,
-            "the maintenance taken in",
-        )
-        assert taken.due_at > datetime.now(UTC), "taken in too late for the test: its drain began"
-
-        # When the customer moves it 30 s later (ModifyInstanceEventStartTime; no Health event tells of it)
-        sandbox.asg.reschedule_maintenance([instance], starts_in=began + STARTS_IN + MOVED_BY - time.time())
-        (listed,) = sandbox.client("ec2").describe_instance_status(InstanceIds=[instance])[
-            "InstanceStatuses"
-        ][0]["Events"]
-
-        # Then its node is drained a lead time before the new start, not the old one, the lifecycle timed by it
-        drained = wait_for(
-            lambda: (
-                (r := store.get(f"{instance}/{Transition.SCHEDULED_CHANGE.short}"))
-                and r.drain_started_at
-                and r
-            ),
-            STARTS_IN,
-            "the drain for the moved maintenance",
-        )
-        assert drained.global_deadline == listed["NotBefore"]
-        assert drained.drain_started_at is not None
-        assert drained.drain_started_at.timestamp() >= began + STARTS_IN + MOVED_BY - 60 - 1
 
 
-# A reboot 12 s from now: MaintenanceLeadMinutes=1 drains at once; the customer then moves it 75 s from then, so that
-# its new drain is due 15 s after the move
+def test_a_maintenance_called_off_before_its_drain_is_due_drains_no_node(maintenances: Maintenances) -> None:
+    sandbox, instance = maintenances.sandbox, maintenances.called_off
+    node = node_of(sandbox, instance)
+
+    # Given EC2's system reboot of an instance, told by AWS Health and taken in (its drain due in 15 s)
+    taken = maintenances.called_off_taken
+    assert taken.step is Step.ACQUIRE_SLOT
+    assert taken.extra.get(MAINTENANCE_LISTED)
+
+    # When EC2 calls it off before its drain is due (the fixture: "[Canceled]" listed, Health's update closed)
+
+    # Then, its due time come, the node is neither given a slot nor cordoned, and the lifecycle ends saying why
+    record = finished(sandbox, instance)
+    assert record.outcome == "maintenance-not-listed"
+    assert record.drain_started_at is None
+    assert node not in holders_seen(sandbox.kube.history())
+    assert not cordoned(sandbox, node)
+
+
+def test_a_health_scheduled_change_ec2_never_lists_drains_no_node(maintenances: Maintenances) -> None:
+    sandbox, instance = maintenances.sandbox, maintenances.never_listed
+    node = node_of(sandbox, instance)
+
+    # Given an AWS Health scheduled change of EC2 naming the instance, which EC2 never lists, taken in (the fixture)
+
+    # Then, its due time come, EC2 listing nothing, the node is neither given a slot nor cordoned
+    record = finished(sandbox, instance)
+    assert record.outcome == "maintenance-not-listed"
+    assert node not in holders_seen(sandbox.kube.history())
+    assert not cordoned(sandbox, node)
+
+
+def test_a_maintenance_moved_later_is_drained_for_its_new_start_not_its_old_one(
+    maintenances: Maintenances,
+) -> None:
+    sandbox, instance = maintenances.sandbox, maintenances.moved
+    store = records(sandbox)
+
+    # Given EC2's system reboot of an instance, told by AWS Health and taken in (its drain due in 15 s)
+    # When the customer moves it MOVED_BY later (the fixture, before the old due time)
+
+    # Then its node is drained a lead time before the new start, not the old one, the lifecycle timed by it
+    drained = wait_for(
+        lambda: (
+            (r := store.get(f"{instance}/{Transition.SCHEDULED_CHANGE.short}")) and r.drain_started_at and r
+        ),
+        STARTS_IN,
+        "the drain for the moved maintenance",
+    )
+    assert drained.global_deadline == maintenances.moved_listed["NotBefore"]
+    assert drained.drain_started_at is not None
+    assert drained.drain_started_at.timestamp() >= maintenances.moved_began + STARTS_IN + MOVED_BY - 60 - 1
+
+
+# A reboot 12 s from now, which MaintenanceLeadMinutes=1 drains at once; once drained the customer moves it 75 s from
+# then, so that its new drain is due 15 s after the move. And a reboot an hour from now (drained 59 minutes on),
+# which the customer moves 90 s from then while its lifecycle waits.
 REBOOT_IN = 12.0
 MOVED_TO = 75.0
+AN_HOUR = 3600.0
+MOVED_EARLIER_TO = 90.0
 
 
-def test_a_maintenance_moved_later_once_its_node_is_drained_is_drained_again_for_its_new_start() -> None:
-    with running(size=3, parameters={"MaintenanceLeadMinutes": "1"}) as sandbox:
-        instance = sorted(sandbox.asg.in_state("InService"))[0]
-        node = node_of(sandbox, instance)
+@dataclass(frozen=True)
+class Moves:
+    """The sandbox, and each test's instance, its maintenance moved, as EC2 lists it once moved."""
+
+    sandbox: Sandbox
+    moved_after_drain: str  # EC2's system reboot, drained for, then moved MOVED_TO on
+    first_drain: LifecycleRecord  # its lifecycle once drained for the first start
+    moved_after_drain_to: datetime  # the reboot's new start (its NotBefore listed)
+    moved_earlier: str  # EC2's system reboot an hour on, taken in, then moved MOVED_EARLIER_TO on
+    moved_earlier_to: datetime
+
+
+@pytest.fixture(scope="module")
+def moves() -> Iterator[Moves]:
+    # (a budget of two: the two drains may overlap; each test's assertions are about its own lifecycle)
+    with running(size=3, parameters={"MaintenanceLeadMinutes": "1", "BudgetMaxUnavailable": "2"}) as sandbox:
+        after_drain, earlier, _ = sorted(sandbox.asg.in_state("InService"))
         store = records(sandbox)
-        key = f"{instance}/{Transition.SCHEDULED_CHANGE.short}"
-
-        # Given EC2's system reboot of an instance 12 s from now, its node drained for it (cordoned, empty), the
-        # lifecycle watching for the reboot's end
         sandbox.asg.schedule_maintenance(
-            [instance], code="system-reboot", starts_in=REBOOT_IN, deadline_in=DEADLINE_IN
+            [after_drain], code="system-reboot", starts_in=REBOOT_IN, deadline_in=DEADLINE_IN
         )
+        sandbox.asg.schedule_maintenance(
+            [earlier], code="system-reboot", starts_in=AN_HOUR, deadline_in=DEADLINE_IN
+        )
+
+        # The first reboot's node drained for it (cordoned, empty), its lifecycle watching for the reboot's end; the
+        # customer then moves it MOVED_TO on (ModifyInstanceEventStartTime; no Health event tells of it)
+        key = f"{after_drain}/{Transition.SCHEDULED_CHANGE.short}"
         drained = wait_for(
             lambda: (r := store.get(key)) and r.drain_started_at and r.step is Step.CLEANUP and r,
             REBOOT_IN,
             "the reboot's drain",
         )
-        assert cordoned(sandbox, node)
+        assert cordoned(sandbox, node_of(sandbox, after_drain))
+        sandbox.asg.reschedule_maintenance([after_drain], starts_in=MOVED_TO)
 
-        # When the customer moves the reboot 75 s on (ModifyInstanceEventStartTime; no Health event tells of it)
-        sandbox.asg.reschedule_maintenance([instance], starts_in=MOVED_TO)
-        (listed,) = sandbox.client("ec2").describe_instance_status(InstanceIds=[instance])[
-            "InstanceStatuses"
-        ][0]["Events"]
-        moved = listed["NotBefore"]
-
-        # Then the node is drained again a lead time before the new start, by a lifecycle timed by it: the watch
-        # after the first drain does not take the old start's passing for the reboot's end and leave it at that
-        again = wait_for(
-            lambda: (
-                (r := store.get(key))
-                and r.global_deadline == moved
-                and r.drain_started_at
-                and r.drain_started_at > drained.drain_started_at
-                and r
-            ),
-            MOVED_TO,
-            "the drain for the moved reboot",
+        # The second taken in, not drained (due 59 minutes on); the customer then moves it earlier
+        taken = wait_for(
+            lambda: store.get(f"{earlier}/{Transition.SCHEDULED_CHANGE.short}"),
+            30,
+            "the maintenance taken in",
         )
-        assert again.drain_started_at is not None
-        assert again.drain_started_at.timestamp() >= moved.timestamp() - 60 - 1
-        wait_for(lambda: (r := store.get(key)) and r.step is Step.CLEANUP, 30, "the second drain over")
-        assert cordoned(sandbox, node)
-
-
-# A reboot an hour from now (MaintenanceLeadMinutes=1: drained 59 minutes on), which the customer moves 90 s from then
-AN_HOUR = 3600.0
-MOVED_EARLIER_TO = 90.0
-
-
-def test_a_maintenance_moved_earlier_while_its_lifecycle_waits_is_drained_before_its_new_start() -> None:
-    with running(size=3, parameters={"MaintenanceLeadMinutes": "1"}) as sandbox:
-        instance = sorted(sandbox.asg.in_state("InService"))[0]
-        node = node_of(sandbox, instance)
-        store = records(sandbox)
-        key = f"{instance}/{Transition.SCHEDULED_CHANGE.short}"
-
-        # Given EC2's system reboot of an instance an hour from now, told by AWS Health and taken in
-        sandbox.asg.schedule_maintenance(
-            [instance], code="system-reboot", starts_in=AN_HOUR, deadline_in=DEADLINE_IN
-        )
-        taken = wait_for(lambda: store.get(key), 30, "the maintenance taken in")
         assert taken.drain_started_at is None
+        sandbox.asg.reschedule_maintenance([earlier], starts_in=MOVED_EARLIER_TO)
 
-        # When the customer moves it earlier, 90 s from now (ModifyInstanceEventStartTime; no Health event tells of
-        # it)
-        sandbox.asg.reschedule_maintenance([instance], starts_in=MOVED_EARLIER_TO)
-        (listed,) = sandbox.client("ec2").describe_instance_status(InstanceIds=[instance])[
-            "InstanceStatuses"
-        ][0]["Events"]
-        moved = listed["NotBefore"]
+        def listed_start(instance: str) -> datetime:
+            (event,) = sandbox.client("ec2").describe_instance_status(InstanceIds=[instance])[
+                "InstanceStatuses"
+            ][0]["Events"]
+            return cast("datetime", event["NotBefore"])
 
-        # Then its node is drained before the new start, by the lifecycle timed by it, not 59 minutes on
-        drained = wait_for(
-            lambda: (r := store.get(key)) and r.drain_started_at and r,
-            MOVED_EARLIER_TO,
-            "the drain for the reboot moved earlier",
+        yield Moves(
+            sandbox=sandbox,
+            moved_after_drain=after_drain,
+            first_drain=drained,
+            moved_after_drain_to=listed_start(after_drain),
+            moved_earlier=earlier,
+            moved_earlier_to=listed_start(earlier),
         )
-        assert drained.global_deadline == moved
-        assert drained.drain_started_at is not None
-        assert drained.drain_started_at < moved
-        assert cordoned(sandbox, node)
+
+
+def test_a_maintenance_moved_later_once_its_node_is_drained_is_drained_again_for_its_new_start(
+    moves: Moves,
+) -> None:
+    sandbox, instance, moved = moves.sandbox, moves.moved_after_drain, moves.moved_after_drain_to
+    store = records(sandbox)
+    key = f"{instance}/{Transition.SCHEDULED_CHANGE.short}"
+    first = moves.first_drain.drain_started_at
+    assert first is not None
+
+    # Given EC2's system reboot of an instance 12 s on, its node drained for it (the fixture)
+    # When the customer moves the reboot 75 s on (the fixture)
+
+    # Then the node is drained again a lead time before the new start, by a lifecycle timed by it: the watch after
+    # the first drain does not take the old start's passing for the reboot's end and leave it at that
+    again = wait_for(
+        lambda: (
+            (r := store.get(key))
+            and r.global_deadline == moved
+            and r.drain_started_at
+            and r.drain_started_at > first
+            and r
+        ),
+        MOVED_TO,
+        "the drain for the moved reboot",
+    )
+    assert again.drain_started_at is not None
+    assert again.drain_started_at.timestamp() >= moved.timestamp() - 60 - 1
+    wait_for(lambda: (r := store.get(key)) and r.step is Step.CLEANUP, 30, "the second drain over")
+    assert cordoned(sandbox, node_of(sandbox, instance))
+
+
+def test_a_maintenance_moved_earlier_while_its_lifecycle_waits_is_drained_before_its_new_start(
+    moves: Moves,
+) -> None:
+    sandbox, instance, moved = moves.sandbox, moves.moved_earlier, moves.moved_earlier_to
+    store = records(sandbox)
+    key = f"{instance}/{Transition.SCHEDULED_CHANGE.short}"
+
+    # Given EC2's system reboot of an instance an hour on, taken in (the fixture)
+    # When the customer moves it earlier, 90 s on (the fixture)
+
+    # Then its node is drained before the new start, by the lifecycle timed by it, not 59 minutes on
+    drained = wait_for(
+        lambda: (r := store.get(key)) and r.drain_started_at and r,
+        MOVED_EARLIER_TO,
+        "the drain for the reboot moved earlier",
+    )
+    assert drained.global_deadline == moved
+    assert drained.drain_started_at is not None
+    assert drained.drain_started_at < moved
+    assert cordoned(sandbox, node_of(sandbox, instance))
