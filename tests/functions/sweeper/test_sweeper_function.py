@@ -61,14 +61,19 @@ def under_a_hook_of(record: LifecycleRecord, seconds: int) -> LifecycleRecord:
     """``record`` as one of a terminate hook of ``seconds`` (put on moto's group beside the 300 s one), its heartbeat
     deadline a timeout after its start: the sweeper times heartbeats by a hook's timeout as Auto Scaling tells it,
     when lower than its record's (a record of 3600 s under the group's 300 s hook is one whose hook was lowered)."""
-    hook = f"nodecycle-terminate-{seconds}"
     boto3.client("autoscaling").put_lifecycle_hook(
         AutoScalingGroupName=record.group,
-        LifecycleHookName=hook,
+        LifecycleHookName=f"nodecycle-terminate-{seconds}",
         LifecycleTransition="autoscaling:EC2_INSTANCE_TERMINATING",
         HeartbeatTimeout=seconds,
         DefaultResult="ABANDON",
     )
+    return on_the_hook_of(record, seconds)
+
+
+def on_the_hook_of(record: LifecycleRecord, seconds: int) -> LifecycleRecord:
+    """``record`` as one of the terminate hook of ``seconds`` that ``under_a_hook_of`` put on the group already."""
+    hook = f"nodecycle-terminate-{seconds}"
     return record.model_copy(
         update={
             "hook": hook,
