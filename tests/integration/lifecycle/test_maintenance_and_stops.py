@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime
 from typing import Any
 
@@ -27,6 +28,14 @@ STARTS_IN = 62.0
 # waits for the reboot's start, so this is as short as the drain allows
 REBOOT_IN = 12.0
 LATER_IN = 3600.0  # a second maintenance of the same instance, an hour from now: drained 59 minutes on
+
+
+@pytest.fixture(scope="module")
+def minute_lead() -> Iterator[Sandbox]:
+    """Three instances in service, maintenance drained a minute before it starts: the sandbox of the tests that
+    need nothing else, each on an instance of its own (a sandbox each was a sandbox's start more each)."""
+    with running(size=3, parameters={"MaintenanceLeadMinutes": "1"}) as sandbox:
+        yield sandbox
 
 
 def test_maintenance_is_drained_before_it_starts_and_a_stopped_instance_leaves_nothing_behind() -> None:
@@ -97,37 +106,39 @@ def test_maintenance_is_drained_before_it_starts_and_a_stopped_instance_leaves_n
         assert addresses_of(sandbox, stopped) == []
 
 
-def test_a_health_update_of_a_maintenance_drained_for_does_not_pull_back_the_one_that_follows_it() -> None:
-    parameters = {"MaintenanceLeadMinutes": "1"}
-    with running(size=3, parameters=parameters) as sandbox:
-        instance = sorted(sandbox.asg.in_state("InService"))[0]
-        node = node_of(sandbox, instance)
-        store = records(sandbox)
+def test_a_health_update_of_a_maintenance_drained_for_does_not_pull_back_the_one_that_follows_it(
+    minute_lead: Sandbox,
+) -> None:
+    sandbox = minute_lead
+    # (the module's sandbox: this test's instance is its first)
+    instance = sorted(sandbox.asg.in_state("InService"))[0]
+    node = node_of(sandbox, instance)
+    store = records(sandbox)
 
-        # Given an instance with a reboot in 62 s and a retirement in an hour, its node drained for the
-        # reboot, and the retirement's lifecycle now waiting on the record for its own lead time
-        reboot = schedule_two_maintenances(sandbox, instance)
-        following = wait_for_the_second(sandbox, instance)
-        sandbox.kube.reset_history()
+    # Given an instance with a reboot in 62 s and a retirement in an hour, its node drained for the
+    # reboot, and the retirement's lifecycle now waiting on the record for its own lead time
+    reboot = schedule_two_maintenances(sandbox, instance)
+    following = wait_for_the_second(sandbox, instance)
+    sandbox.kube.reset_history()
 
-        # When AWS Health updates the reboot's event (a new event id, the same start), while EC2 lists both
-        update = {**reboot, "id": "0c9b8a7d-6e5f-4a3b-9c2d-1e0f9a8b7c6d", "time": _now()}
-        sandbox.publish(update)
-        # (once intake has taken it, however late that is: a fixed 8 s here could pass on a loaded machine before
-        # intake ran, and the test then proved nothing; then a few drain polls for any work it would have sent)
-        wait_for(lambda: handled(sandbox, update["id"]), 60, "intake's handling of the update")
-        time.sleep(3)
+    # When AWS Health updates the reboot's event (a new event id, the same start), while EC2 lists both
+    update = {**reboot, "id": "0c9b8a7d-6e5f-4a3b-9c2d-1e0f9a8b7c6d", "time": _now()}
+    sandbox.publish(update)
+    # (once intake has taken it, however late that is: a fixed 8 s here could pass on a loaded machine before
+    # intake ran, and the test then proved nothing; then a few drain polls for any work it would have sent)
+    wait_for(lambda: handled(sandbox, update["id"]), 60, "intake's handling of the update")
+    time.sleep(3)
 
-        # Then the retirement's lifecycle is left as it was: not pulled back to the reboot, and the node,
-        # drained for that reboot already, is not drained for it again
-        record = store.get(f"{instance}/{Transition.SCHEDULED_CHANGE.short}")
-        assert record is not None
-        assert (record.token, record.global_deadline, record.step) == (
-            following.token,
-            following.global_deadline,
-            following.step,
-        )
-        assert node not in holders_seen(sandbox.kube.history())
+    # Then the retirement's lifecycle is left as it was: not pulled back to the reboot, and the node,
+    # drained for that reboot already, is not drained for it again
+    record = store.get(f"{instance}/{Transition.SCHEDULED_CHANGE.short}")
+    assert record is not None
+    assert (record.token, record.global_deadline, record.step) == (
+        following.token,
+        following.global_deadline,
+        following.step,
+    )
+    assert node not in holders_seen(sandbox.kube.history())
 
 
 def test_a_terminate_hook_after_a_maintenance_drain_completes_at_once_while_the_next_one_waits() -> None:
@@ -172,46 +183,48 @@ def test_a_terminate_hook_after_a_maintenance_drain_completes_at_once_while_the_
         assert node not in holders_seen(sandbox.kube.history())
 
 
-def test_a_node_drained_for_a_reboot_is_uncordoned_once_the_reboot_is_over_and_its_instance_stayed() -> None:
-    parameters = {"MaintenanceLeadMinutes": "1"}
-    with running(size=3, parameters=parameters) as sandbox:
-        instance = sorted(sandbox.asg.in_state("InService"))[0]
-        node = node_of(sandbox, instance)
-        store = records(sandbox)
+def test_a_node_drained_for_a_reboot_is_uncordoned_once_the_reboot_is_over_and_its_instance_stayed(
+    minute_lead: Sandbox,
+) -> None:
+    sandbox = minute_lead
+    # (the module's sandbox: this test's instance is its second)
+    instance = sorted(sandbox.asg.in_state("InService"))[1]
+    node = node_of(sandbox, instance)
+    store = records(sandbox)
 
-        # Given EC2's system reboot of one instance 12 s from now, its node drained (cordoned, empty) for it
-        sandbox.asg.schedule_maintenance([instance], code="system-reboot", starts_in=REBOOT_IN)
-        starts = time.time() + REBOOT_IN
-        wait_for(
-            lambda: (
-                (r := store.get(f"{instance}/{Transition.SCHEDULED_CHANGE.short}"))
-                and r.drain_started_at is not None
-                and r.step in (Step.CLEANUP, Step.DONE)
-                and cordoned(sandbox, node)
-                and node not in current_holders(sandbox)
-            ),
-            REBOOT_IN,
-            "the reboot's drain, its slot given back",
-        )
+    # Given EC2's system reboot of one instance 12 s from now, its node drained (cordoned, empty) for it
+    sandbox.asg.schedule_maintenance([instance], code="system-reboot", starts_in=REBOOT_IN)
+    starts = time.time() + REBOOT_IN
+    wait_for(
+        lambda: (
+            (r := store.get(f"{instance}/{Transition.SCHEDULED_CHANGE.short}"))
+            and r.drain_started_at is not None
+            and r.step in (Step.CLEANUP, Step.DONE)
+            and cordoned(sandbox, node)
+            and node not in current_holders(sandbox)
+        ),
+        REBOOT_IN,
+        "the reboot's drain, its slot given back",
+    )
 
-        # When EC2 reboots it in its window (its kubelet gone for a few seconds), and lists the event completed
-        time.sleep(max(0.0, starts - time.time()))
-        assert cordoned(sandbox, node)  # kept while the reboot could still come
-        sandbox.kube.kill_kubelet(node, grace_seconds=0)
-        sandbox.asg.end_maintenance([instance])
-        time.sleep(3)
-        sandbox.kube.revive_kubelet(node)
+    # When EC2 reboots it in its window (its kubelet gone for a few seconds), and lists the event completed
+    time.sleep(max(0.0, starts - time.time()))
+    assert cordoned(sandbox, node)  # kept while the reboot could still come
+    sandbox.kube.kill_kubelet(node, grace_seconds=0)
+    sandbox.asg.end_maintenance([instance])
+    time.sleep(3)
+    sandbox.kube.revive_kubelet(node)
 
-        # Then the node, Ready again on the instance still in service, is uncordoned: no capacity is lost to
-        # a maintenance that is over, and the lifecycle is done
-        wait_for(lambda: not cordoned(sandbox, node), 90, "the node uncordoned after the reboot")
-        assert instance in sandbox.asg.in_state("InService")
-        wait_for(
-            lambda: (r := store.get(f"{instance}/{Transition.SCHEDULED_CHANGE.short}")) and r.finished,
-            30,
-            "the maintenance's lifecycle over",
-        )
-        assert nodecycle_annotations(sandbox, node) == {}
+    # Then the node, Ready again on the instance still in service, is uncordoned: no capacity is lost to
+    # a maintenance that is over, and the lifecycle is done
+    wait_for(lambda: not cordoned(sandbox, node), 90, "the node uncordoned after the reboot")
+    assert instance in sandbox.asg.in_state("InService")
+    wait_for(
+        lambda: (r := store.get(f"{instance}/{Transition.SCHEDULED_CHANGE.short}")) and r.finished,
+        30,
+        "the maintenance's lifecycle over",
+    )
+    assert nodecycle_annotations(sandbox, node) == {}
 
 
 def handled(sandbox: Sandbox, event_id: str) -> bool:
