@@ -35,11 +35,16 @@ LAST_RUN = Path(__file__).resolve().parent / "last-run.json"
 # In the order they run: the quick, exact ones first.
 BENCHMARKS = ("waiting", "cold", "contention", "calls", "sizes", "refresh", "storms", "order", "bursts")
 # (default, --quick, --tiny) per size option; --quick keeps every benchmark but makes each smaller, --tiny is
-# what CI runs: each benchmark once, to prove it still runs and prints its rows (at the least that does: a
-# paced refresh in which two nodes wait for a slot of the 4/2 budget, paced 2x, and one cluster size).
+# what CI runs: each benchmark once, to prove it still runs and prints its rows (at the least that does: the
+# refreshes of 3 nodes over the 3 zones under a budget of 2 in all, 1 per zone, all three terminating at once, so
+# that one node waits for a slot and is woken when one frees (6 nodes under 4/2, two of them waiting, ran the same
+# code paths with twice the launches, drains and pods); the order's paced 2x, at 6 nodes, the least in which
+# nodes wait under the 4/2 its budget_for gives a group that small; and one cluster size).
 SIZES: dict[str, tuple[Any, Any, Any]] = {
-    "nodes": (24, 12, 6),
-    "storm_nodes": (24, 12, 6),
+    "nodes": (24, 12, 3),
+    "storm_nodes": (24, 12, 3),
+    "max_unavailable": (4, 4, 2),
+    "per_zone": (2, 2, 1),
     "order_sizes": ((30, 100, 300), (30,), ()),
     # the same refresh with pods and polls --pace times slower, where the sandbox saturates two cores at pace 1
     "paced_sizes": ((300,), (), (6,)),
@@ -75,8 +80,12 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     scale.add_argument("--quick", action="store_true", help="smaller sizes (a few minutes on 2 cores)")
     scale.add_argument("--tiny", action="store_true", help="the smallest sizes: each benchmark runs, fast")
     parser.add_argument("--nodes", type=int, help="refresh: nodes in the group (default 24)")
-    parser.add_argument("--max-unavailable", type=int, default=4, help="refresh: nodes draining at once")
-    parser.add_argument("--per-zone", type=int, default=2, help="refresh: nodes draining at once per zone")
+    parser.add_argument(
+        "--max-unavailable", type=int, help="refresh: nodes draining at once (default 4; --tiny 2)"
+    )
+    parser.add_argument(
+        "--per-zone", type=int, help="refresh: nodes draining at once per zone (default 2; --tiny 1)"
+    )
     parser.add_argument(
         "--retry-seconds", type=int, default=30, help="BudgetRetrySeconds: a waiter's backoff (the baseline)"
     )

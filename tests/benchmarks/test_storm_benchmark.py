@@ -13,14 +13,14 @@ import pytest
 from tests.benchmarks.runs import runs_and_prints
 
 ROWS = [
-    "storm 6 nodes, 4/2: quiet makespan vs lower bound",
-    "storm 6 nodes, 4/2: storm makespan vs quiet",
-    "storm 6 nodes, 4/2: AWS calls per lifecycle, storm vs quiet",
-    "storm 6 nodes, 4/2: heartbeats per drained node, storm vs quiet",
-    "storm 6 nodes, 4/2: K8s requests per drained node, storm vs quiet",
-    "storm 6 nodes, 4/2: a freed slot idle, max, storm vs quiet",
-    "storm 6 nodes, 4/2: terminate action started -> node in the budget, max",
-    "storm 6 nodes, 4/2: rules broken or left over, quiet + storm",
+    "storm 3 nodes, 2/1: quiet makespan vs lower bound",
+    "storm 3 nodes, 2/1: storm makespan vs quiet",
+    "storm 3 nodes, 2/1: AWS calls per lifecycle, storm vs quiet",
+    "storm 3 nodes, 2/1: heartbeats per drained node, storm vs quiet",
+    "storm 3 nodes, 2/1: K8s requests per drained node, storm vs quiet",
+    "storm 3 nodes, 2/1: a freed slot idle, max, storm vs quiet",
+    "storm 3 nodes, 2/1: terminate action started -> node in the budget, max",
+    "storm 3 nodes, 2/1: rules broken or left over, quiet + storm",
 ]
 
 

@@ -14,10 +14,10 @@ from tests.benchmarks.runs import runs_and_prints
 # Each benchmark, and the start of rows it must print.
 ROWS = {
     "refresh": [
-        "refresh makespan, 6 nodes",
-        "refresh 6 nodes, 4/2: some slot free while a node waits, longest stretch",
-        "refresh 6 nodes, 4/2: a freed slot idle, max",
-        "refresh 6 nodes, 4/2: wake latency, max",
+        "refresh makespan, 3 nodes",
+        "refresh 3 nodes, 2/1: some slot free while a node waits, longest stretch",
+        "refresh 3 nodes, 2/1: a freed slot idle, max",
+        "refresh 3 nodes, 2/1: wake latency, max",
     ],
     "order": [  # CI's size runs paced only: the refresh above covers pace 1
         "refresh 6 nodes, 4/2, pods 2x slower: makespan vs lower bound",
