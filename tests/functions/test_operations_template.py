@@ -525,10 +525,9 @@ def test_the_stalled_lifecycles_alarm_does_not_fire_on_stalled_sweeps_further_ap
 
 
 @pytest.mark.parametrize("interval", [1, 2, 3, 5, 10, 30, 60])
-def test_the_sweeper_not_running_alarm_fires_once_no_sweep_started_for_two_intervals_and_a_minute(
-    interval: int,
-) -> None:
-    # Lambda publishes Invocations only for the minutes with one: the scheduled runs, 12 s into their minute
+def test_the_sweeper_not_running_alarm_fires_once_no_sweep_started_for_its_window(interval: int) -> None:
+    # Lambda publishes Invocations only for the minutes with one: the scheduled runs, 12 s into their minute (and
+    # sent once each ended: tests/functions/test_template_sweeper_not_running_alarm.py)
     alarm = intrinsics({"SweepIntervalMinutes": str(interval)}).resolve(
         RESOURCES["SweeperNotRunningAlarm"]["Properties"]
     )
@@ -536,8 +535,9 @@ def test_the_sweeper_not_running_alarm_fires_once_no_sweep_started_for_two_inter
     assert RESOURCES["SweeperNotRunningAlarm"]["Properties"]["Dimensions"][0]["Value"] == {
         "Ref": "SweeperFunction"
     }
-    step = interval * 60
-    horizon, first_full = 12 * step + 3600, 2 * step + 60  # before that, a new stack's window holds no run
+    step, window = interval * 60, max(2 * interval + 3, 10)  # (two intervals and 3 minutes, 10 at least)
+    assert int(alarm["EvaluationPeriods"]) == int(alarm["DatapointsToAlarm"]) == window
+    horizon, first_full = 12 * step + 3600, window * 60  # before that, a new stack's window holds no run
 
     def fired(missed: set[int], *, late: int = 0) -> list[int]:
         # run k starts 12 s into its minute, or `late` seconds later (EventBridge starts a scheduled rule's
@@ -550,13 +550,12 @@ def test_the_sweeper_not_running_alarm_fires_once_no_sweep_started_for_two_inter
     for late in (0, 50):  # every run on time, or late within its minute; then one of them missed
         assert not fired(set(), late=late)
         assert not fired({5}, late=late)
-    # a silence of two intervals and a minute: two runs missed in a row from 3-minute sweeps on, three below
-    missed = {5, 6} if interval >= 3 else {5, 6, 7}
+    # a silence of the window: two runs missed in a row from 4-minute sweeps on, more below
+    missed = set(range(5, 5 + -(-(window + 1) // interval) - 1))
+    assert len(missed) == 2 or interval < 4
     alarms = fired(missed)
     assert alarms, f"{len(missed)} runs missed in a row never fire the alarm with {interval}-minute sweeps"
-    assert alarms[0] - (12 + 4 * step) <= 2 * step + 120, (
-        "it fires two intervals and a minute after the last run"
-    )
+    assert alarms[0] - (12 + 4 * step) <= window * 60 + 120, "it fires its window after the last run"
     assert alarms[-1] < 12 + (max(missed) + 1) * step + 120, "and clears once the sweeper runs again"
     stopped = fired(set(range(5, horizon)))
     assert stopped, "a schedule that stopped fires it"
