@@ -3,7 +3,9 @@ refuses the rest (AccessDenied), which the sandbox's IAM enforcement shows only 
 
 The drain dates the action a crossed lifecycle is carried over to by the group's activity that holds its instance
 (domain/drain/cleanup.py ``_own_action_began``: ``AutoscalingActions.activity_started``, DescribeScalingActivities);
-refused, the lifecycle is not carried over and the action is left to the sweeper's adoption.
+refused, the lifecycle is not carried over and the action is left to the sweeper's adoption. The sweeper dates an
+action it adopts by the same activity (domain/sweep/orphans.py ``_activity_started``); refused, by its own listings
+alone, late where its container did not see the action begin.
 
 Intake confirms where Auto Scaling holds an action before it lets a message take over a token taken in under other
 naming (domain/intake.py ``_conflicting``: ``AutoscalingActions.confirm``), and tells whether a late event's action
@@ -33,6 +35,7 @@ from .test_template_parameters import ROOT
 ACCOUNT = "123456789012"
 KEY = "AKIATEMPLATEINTAKE01"  # this module's own
 DRAIN_KEY = "AKIATEMPLATEDRAIN001"
+SWEEPER_KEY = "AKIATEMPLATESWEEP001"
 GROUP = "nodes-general"
 ACTION = ActionRef(
     group=GROUP,
@@ -94,6 +97,14 @@ def test_the_drain_may_read_when_the_action_it_carries_a_drain_over_to_began(dra
     # the hook holds its instance by: domain/drain/cleanup.py), Then Auto Scaling answers (none names the instance)
     since = datetime.now(UTC) - timedelta(hours=48)
     assert AutoscalingActions(drain_role).activity_started(GROUP, ACTION.instance_id, since) is None
+
+
+def test_the_sweeper_may_read_when_an_action_it_adopts_began(stack: Stack) -> None:
+    # Given the sweeper's role, When it reads the group's activities (an orphaned action's adoption:
+    # domain/sweep/orphans.py), Then Auto Scaling answers (none names the instance), not refused
+    sweeper_role = role_client("SweeperFunctionRole", SWEEPER_KEY)
+    since = datetime.now(UTC) - timedelta(hours=48)
+    assert AutoscalingActions(sweeper_role).activity_started(GROUP, ACTION.instance_id, since) is None
 
 
 @pytest.mark.parametrize("role_name", ["EipFunctionRole", "SweeperFunctionRole"])

@@ -105,8 +105,13 @@ CARRY_OVER = (
     "an instance with another's token (tests/functions/test_template_role_calls.py makes the call under the "
     "template's policy)"
 )
+ADOPTION_DATED = (
+    "the date of an adopted action (DescribeScalingActivities, domain/sweep/orphans.py): this scenario loses no "
+    "event (tests/functions/test_template_role_calls.py makes the call under the template's policy)"
+)
 NOT_EXERCISED = {
     "DrainFunctionRole/drain:ScalingActivities": CARRY_OVER,
+    "SweeperFunctionRole/sweeper:ScalingActivities": ADOPTION_DATED,
     "IntakeFunctionRole/intake:InstanceLifecycleState": INTAKE_CONFIRMS,
     "IntakeFunctionRole/intake:SendWork on arn:aws:sqs:eu-west-1:123456789012:nodecycle-IntakeDeadLetterQueue": (
         INTAKE_FAILURE

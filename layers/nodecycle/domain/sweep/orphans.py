@@ -23,7 +23,8 @@ found holding them (only the sweeper heartbeats them, and a hook's timeout may b
 group's hooks not told, the held instances are probed under those it told before, and adopted once it tells them.
 
 The first sightings live in the sweeper's container (sweeps run one at a time): a cold start forgets them,
-which costs one more heartbeat and one more interval before the adoption, never an adoption too early.
+which costs one more heartbeat and one more interval before the adoption, never an adoption too early. Nor a
+global timeout reckoned too late: an adopted action is dated by its group's scaling activity too (see ``_adopt``).
 """
 
 from __future__ import annotations
@@ -37,7 +38,7 @@ from typing import NoReturn
 from nodecycle.domain.catalog import LifecycleHooks, ManagedGroups
 from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.intake import Intake, IntakeOutcome
-from nodecycle.domain.model import WARM_POOL, LifecycleRecord, Transition
+from nodecycle.domain.model import WARM_POOL, LifecycleRecord, Transition, global_deadline
 from nodecycle.domain.ports.lifecycle import Autoscaling, ClaimingRecordStore, Hook, WaitingInstance
 from nodecycle.domain.ports.runtime import Metrics
 from nodecycle.domain.sweep.sweep_time import SweepTime
@@ -302,6 +303,8 @@ class OrphanedActions:
         ``adopt_after`` ago (intake had its time). An adoption takes several calls (intake's path): it comes
         after every heartbeat, the lifecycles' too."""
         adopted = failed = unadopted = 0
+        # (group, instance) -> when its group's activity that holds it began: read once a sweep
+        began: dict[tuple[str, str], datetime | None] = {}
         kept_alive_at, held = self._held
         for orphan in held if kept_alive_at == now else ():
             if now - orphan.first < self._adopt_after:
@@ -324,7 +327,7 @@ class OrphanedActions:
                 unadopted += 1  # kept alive: adopted by the next sweep
                 continue
             try:
-                adopted += self._adopt(orphan)
+                adopted += self._adopt(orphan, now, began)
             except Exception:  # one instance's failure must not stop the others
                 log.exception("could not adopt the action of %s", orphan.waiting.instance_id)
                 failed += 1
@@ -349,14 +352,32 @@ class OrphanedActions:
             o for o in self._orphans if (o.waiting.instance_id, o.waiting.transition, o.hook) != key
         ]
 
-    def _adopt(self, orphan: Orphan) -> bool:
-        """Start the lifecycle of an action held with no record; whether intake accepted it."""
+    def _adopt(self, orphan: Orphan, now: datetime, began: dict[tuple[str, str], datetime | None]) -> bool:
+        """Start the lifecycle of an action held with no record; whether intake accepted it. ``began``: the
+        activities this sweep read, by group and instance (an instance held by several hooks is read once)."""
         # It started after the last listing that did not show it; a cold container does not know when that
-        # was: about a sweep interval before the first sighting. (Its global timeout is reckoned from here: 100
-        # heartbeat timeouts or 48 hours, so a guess errs by little.)
+        # was: about a sweep interval before the first sighting.
         since = (
             orphan.listed_before if orphan.listed_before is not None else orphan.first - 2 * self._adopt_after
         )
+        # Its global timeout is reckoned from here, and Auto Scaling reckons it from the action's true start. The
+        # listings err late where this container did not see the action begin: started cold (a deploy, Lambda's
+        # recycling) after earlier sweeps kept it alive for hours without adopting it (intake refused), or after
+        # they took it for a listed lifecycle's. Late, the lifecycle's guard would settle it after Auto Scaling
+        # applied the hook's default result (invariant 11). The group's activity that holds the instance began no
+        # later than the action: the earlier of the two.
+        instance = (orphan.waiting.group, orphan.waiting.instance_id)
+        if instance not in began:
+            began[instance] = self._activity_started(orphan, now)
+        activity = began[instance]
+        if activity is not None and activity < since:
+            log.info(
+                "the action of %s is dated by its group's activity, begun at %s (the listings said %s)",
+                orphan.waiting.instance_id,
+                activity,
+                since,
+            )
+            since = activity
         if self._intake.adopt(orphan.waiting, orphan.hook, since) is not IntakeOutcome.ACCEPTED:
             return False  # (intake said why: a lifecycle of the action was written first)
         log.warning(
@@ -368,6 +389,27 @@ class OrphanedActions:
             orphan.first,
         )
         return True
+
+    def _activity_started(self, orphan: Orphan, now: datetime) -> datetime | None:
+        """When the group began what holds the orphan's instance (DescribeScalingActivities, a page as a rule:
+        those in progress come first), looked for over the hook's global timeout (an action begun before it is
+        over); None when it lists none, or will not answer (denied, throttled): the listings date it then."""
+        hook = self._hooks_read.get(orphan.waiting.group, {}).get(orphan.hook)
+        if hook is None:
+            return None
+        reach = global_deadline(now, hook.heartbeat_timeout) - now
+        try:
+            return self._autoscaling.activity_started(
+                orphan.waiting.group, orphan.waiting.instance_id, now - reach
+            )
+        except Exception as error:  # (any failure: one that is not AWS's, a bug, with its traceback)
+            log.warning(
+                "could not read the scaling activity of %s's group (%r): its action dated by the listings alone",
+                orphan.waiting.instance_id,
+                error,
+                exc_info=not isinstance(error, TransientError),
+            )
+            return None
 
     def _recorded(self, waiting: WaitingInstance, hook: str, open_records: Sequence[LifecycleRecord]) -> bool:
         """Whether a lifecycle of the action is written though the listing did not show it: the list of open
