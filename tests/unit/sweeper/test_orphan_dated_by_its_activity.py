@@ -13,7 +13,7 @@ from datetime import datetime
 import pytest
 
 from nodecycle.domain.catalog import LifecycleHooks
-from nodecycle.domain.errors import AccessRefused
+from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.model import global_deadline
 from nodecycle.domain.ports.lifecycle import WaitingInstance
 from nodecycle.domain.sweep.orphans import OrphanedActions
@@ -107,3 +107,29 @@ def test_an_orphan_the_group_lists_no_activity_for_is_dated_by_the_listings_as_b
     record = adopted(world)
     assert record is not None
     assert record.started_at <= listed_before
+
+
+def test_an_orphan_a_cold_container_cannot_date_by_its_activity_is_dated_a_heartbeat_timeout_back() -> None:
+    # Given an action held with no record for most of its hook's heartbeat timeout (15 minutes, three sweep
+    # intervals) before a cold container's first sweep, whose group's activities cannot be read (throttled)
+    world = World()
+    world.terminating()
+    started = world.clock.now()
+
+    def throttled(group: str, instance_id: str, since: datetime) -> datetime | None:
+        raise TransientError("reading when a group began what it does with an instance: Throttling")
+
+    world.autoscaling.activity_started = throttled  # type: ignore[method-assign]
+    world.clock.advance(HEARTBEAT - 60)
+
+    # When that container's sweeps find it and adopt it
+    world.sweep()
+    world.clock.advance(INTERVAL.total_seconds())
+    assert world.sweep()["LifecyclesAdopted"] == 1
+
+    # Then its global timeout is reckoned from no later than the action started: nothing kept it alive before
+    # (no record, no sweep), so it began within a heartbeat timeout of the first sighting (before: one sweep
+    # interval back, ten minutes after it began)
+    record = adopted(world)
+    assert record is not None
+    assert record.started_at <= started

@@ -355,17 +355,18 @@ class OrphanedActions:
     def _adopt(self, orphan: Orphan, now: datetime, began: dict[tuple[str, str], datetime | None]) -> bool:
         """Start the lifecycle of an action held with no record; whether intake accepted it. ``began``: the
         activities this sweep read, by group and instance (an instance held by several hooks is read once)."""
-        # It started after the last listing that did not show it; a cold container does not know when that
-        # was: about a sweep interval before the first sighting.
-        since = (
-            orphan.listed_before if orphan.listed_before is not None else orphan.first - 2 * self._adopt_after
-        )
+        # It started after the last listing that did not show it. A cold container does not know when that was:
+        # held with no record, and kept alive by no sweep before, the action began within its hook's heartbeat
+        # timeout of the first sighting (it would have timed out otherwise), or a sweep interval if that is longer.
+        hook = self._hooks_read.get(orphan.waiting.group, {}).get(orphan.hook)
+        unseen = max(2 * self._adopt_after, timedelta(seconds=hook.heartbeat_timeout if hook else 0))
+        since = orphan.listed_before if orphan.listed_before is not None else orphan.first - unseen
         # Its global timeout is reckoned from here, and Auto Scaling reckons it from the action's true start. The
         # listings err late where this container did not see the action begin: started cold (a deploy, Lambda's
         # recycling) after earlier sweeps kept it alive for hours without adopting it (intake refused), or after
-        # they took it for a listed lifecycle's. Late, the lifecycle's guard would settle it after Auto Scaling
-        # applied the hook's default result (invariant 11). The group's activity that holds the instance began no
-        # later than the action: the earlier of the two.
+        # they took it for a listed lifecycle's; no sighting bounds those. Late, the lifecycle's guard would settle
+        # it after Auto Scaling applied the hook's default result (invariant 11). The group's activity that holds
+        # the instance began no later than the action: the earlier of the two.
         instance = (orphan.waiting.group, orphan.waiting.instance_id)
         if instance not in began:
             began[instance] = self._activity_started(orphan, now)
