@@ -133,3 +133,71 @@ def test_an_orphan_a_cold_container_cannot_date_by_its_activity_is_dated_a_heart
     record = adopted(world)
     assert record is not None
     assert record.started_at <= started
+
+
+def test_an_orphan_found_after_a_day_of_failed_listings_is_adopted_not_refused_as_expired() -> None:
+    # Given a sweep that listed the held instances and found none, then a day of sweeps whose listings failed
+    # (DescribeAutoScalingGroups refused until someone fixed the role), and an action of this stack's hook held
+    # with no record since just before the listings came back
+    world = World()
+    world.sweep()
+
+    def refused(names: tuple[str, ...], owner: str | None) -> list[WaitingInstance]:
+        raise AccessRefused("listing the instances lifecycle hooks hold", "AccessDenied", "not authorized")
+
+    listing = world.autoscaling.waiting_instances
+    world.autoscaling.waiting_instances = refused  # type: ignore[method-assign]
+    for _ in range(26 * 12):
+        world.clock.advance(INTERVAL.total_seconds())
+        with pytest.raises(AccessRefused):
+            world.sweep()
+    world.autoscaling.waiting_instances = listing  # type: ignore[method-assign]
+    world.terminating()
+    started = world.clock.now()
+
+    # When the next two sweeps find it and adopt it
+    for _ in range(2):
+        world.clock.advance(INTERVAL.total_seconds())
+        world.sweep()
+
+    # Then its lifecycle starts, dated no later than the action began and no earlier than an action still held
+    # can have (its global timeout back): before, it was dated by the last listing a day ago, its global timeout
+    # taken for past, and intake refused the adoption as expired at every sweep, until Auto Scaling applied the
+    # hook's default result
+    record = adopted(world)
+    assert record is not None
+    assert record.started_at <= started
+    assert record.global_deadline >= world.clock.now()
+    # ... by the group's activity that holds the instance, which tells: the drain has its time
+    assert record.global_deadline == global_deadline(started, HEARTBEAT)
+
+
+def test_an_orphan_found_after_a_day_of_failed_listings_and_no_activity_is_settled_at_once() -> None:
+    # Given the same, and a group that lists no activity naming the instance
+    world = World()
+    world.autoscaling.activity_started = lambda group, instance_id, since: None  # type: ignore[method-assign]
+    world.sweep()
+
+    def refused(names: tuple[str, ...], owner: str | None) -> list[WaitingInstance]:
+        raise AccessRefused("listing the instances lifecycle hooks hold", "AccessDenied", "not authorized")
+
+    listing = world.autoscaling.waiting_instances
+    world.autoscaling.waiting_instances = refused  # type: ignore[method-assign]
+    for _ in range(26 * 12):
+        world.clock.advance(INTERVAL.total_seconds())
+        with pytest.raises(AccessRefused):
+            world.sweep()
+    world.autoscaling.waiting_instances = listing  # type: ignore[method-assign]
+    world.terminating()
+    started = world.clock.now()
+
+    # When the next two sweeps find it and adopt it
+    for _ in range(2):
+        world.clock.advance(INTERVAL.total_seconds())
+        world.sweep()
+
+    # Then it is adopted, dated its hook's global timeout back: no later than it began, settled at once
+    record = adopted(world)
+    assert record is not None
+    assert record.started_at <= started
+    assert record.global_deadline == world.clock.now()

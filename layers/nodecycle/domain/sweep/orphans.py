@@ -355,11 +355,14 @@ class OrphanedActions:
     def _adopt(self, orphan: Orphan, now: datetime, began: dict[tuple[str, str], datetime | None]) -> bool:
         """Start the lifecycle of an action held with no record; whether intake accepted it. ``began``: the
         activities this sweep read, by group and instance (an instance held by several hooks is read once)."""
+        hook = self._hooks_read.get(orphan.waiting.group, {}).get(orphan.hook)
+        timeout = timedelta(seconds=hook.heartbeat_timeout if hook is not None else 0)
+        # An action still held began less than its global timeout ago
+        earliest = None if hook is None else now - (global_deadline(now, hook.heartbeat_timeout) - now)
         # It started after the last listing that did not show it. A cold container does not know when that was:
         # held with no record, and kept alive by no sweep before, the action began within its hook's heartbeat
         # timeout of the first sighting (it would have timed out otherwise), or a sweep interval if that is longer.
-        hook = self._hooks_read.get(orphan.waiting.group, {}).get(orphan.hook)
-        unseen = max(2 * self._adopt_after, timedelta(seconds=hook.heartbeat_timeout if hook else 0))
+        unseen = max(2 * self._adopt_after, timeout)
         since = orphan.listed_before if orphan.listed_before is not None else orphan.first - unseen
         # Its global timeout is reckoned from here, and Auto Scaling reckons it from the action's true start. The
         # listings err late where this container did not see the action begin: started cold (a deploy, Lambda's
@@ -369,9 +372,15 @@ class OrphanedActions:
         # the instance began no later than the action: the earlier of the two.
         instance = (orphan.waiting.group, orphan.waiting.instance_id)
         if instance not in began:
-            began[instance] = self._activity_started(orphan, now)
+            began[instance] = None if earliest is None else self._activity_started(orphan, earliest)
         activity = began[instance]
-        if activity is not None and activity < since:
+        if earliest is not None and since < earliest:
+            # The last listing that did not show it came before that (the listings failed for longer, and this
+            # container remembered it across them): it tells nothing. So dated, intake would refuse the adoption as
+            # expired at every sweep, until Auto Scaling applied the hook's default result. Dated by the activity,
+            # or else that bound (settled at once)
+            since = activity if activity is not None else earliest
+        elif activity is not None and activity < since:
             log.info(
                 "the action of %s is dated by its group's activity, begun at %s (the listings said %s)",
                 orphan.waiting.instance_id,
@@ -391,18 +400,13 @@ class OrphanedActions:
         )
         return True
 
-    def _activity_started(self, orphan: Orphan, now: datetime) -> datetime | None:
+    def _activity_started(self, orphan: Orphan, since: datetime) -> datetime | None:
         """When the group began what holds the orphan's instance (DescribeScalingActivities, a page as a rule:
-        those in progress come first), looked for over the hook's global timeout (an action begun before it is
-        over); None when it lists none, or will not answer (denied, throttled): the listings date it then."""
-        hook = self._hooks_read.get(orphan.waiting.group, {}).get(orphan.hook)
-        if hook is None:
-            return None
-        reach = global_deadline(now, hook.heartbeat_timeout) - now
+        those in progress come first), looked for since ``since`` (the hook's global timeout back: an action begun
+        before it is over); None when it lists none, or will not answer (denied, throttled): the listings date it
+        then."""
         try:
-            return self._autoscaling.activity_started(
-                orphan.waiting.group, orphan.waiting.instance_id, now - reach
-            )
+            return self._autoscaling.activity_started(orphan.waiting.group, orphan.waiting.instance_id, since)
         except Exception as error:  # (any failure: one that is not AWS's, a bug, with its traceback)
             log.warning(
                 "could not read the scaling activity of %s's group (%r): its action dated by the listings alone",
