@@ -4,6 +4,7 @@ running since the launch began."""
 from __future__ import annotations
 
 import logging
+import math
 from datetime import datetime, timedelta
 from typing import Any
 
@@ -119,7 +120,16 @@ class ReadinessGate:
         if now >= deadline:
             outcome = "node-not-ready" if node is not None else "node-never-joined"
             return self._timed_out(record, now, outcome, extra=extra)
-        return Outcome.wait(self._policy.poll_seconds, gate_deadline=deadline, extra=extra)
+        return Outcome.wait(self._next_look(now, deadline), gate_deadline=deadline, extra=extra)
+
+    def _next_look(self, now: datetime, deadline: datetime) -> float:
+        """The wait before the next look: a poll, but no later than the gate's timeout while it is still ahead (at
+        least a second, rounded up so that the look falls at or just past it), where the failure policy applies.
+        A poll counted from wherever the last look before the timeout fell held a launch whose node never joins up
+        to ``DrainPollSeconds`` (300 s) past ``ReadinessTimeoutSeconds``, ten times the shortest timeout."""
+        left = (deadline - now).total_seconds()
+        poll = float(self._policy.poll_seconds)
+        return poll if left <= 0 else min(poll, max(1.0, float(math.ceil(left))))
 
     def _deadline(self, record: LifecycleRecord, now: datetime) -> datetime:
         """The gate's timeout, from its first look: the readiness timeout, but not past the point where the
@@ -210,7 +220,9 @@ class ReadinessGate:
             mend,
             deadline,
         )
-        return Outcome.wait(self._policy.poll_seconds, gate_deadline=deadline, last_error=why, extra=extra)
+        return Outcome.wait(
+            self._next_look(now, deadline), gate_deadline=deadline, last_error=why, extra=extra
+        )
 
     def _back_from_pool(self, node: NodeInfo, record: LifecycleRecord) -> None:
         """A node still marked released for an earlier lifecycle is one whose instance went into a warm pool
