@@ -122,14 +122,15 @@ class ReadinessGate:
             return self._timed_out(record, now, outcome, extra=extra)
         return Outcome.wait(self._next_look(now, deadline), gate_deadline=deadline, extra=extra)
 
-    def _next_look(self, now: datetime, deadline: datetime) -> float:
-        """The wait before the next look: a poll, but no later than the gate's timeout while it is still ahead (at
-        least a second, rounded up so that the look falls at or just past it), where the failure policy applies.
-        A poll counted from wherever the last look before the timeout fell held a launch whose node never joins up
-        to ``DrainPollSeconds`` (300 s) past ``ReadinessTimeoutSeconds``, ten times the shortest timeout."""
+    def _next_look(self, now: datetime, deadline: datetime, wait: float | None = None) -> float:
+        """The wait before the next look: a poll (or ``wait``), but no later than the gate's timeout while it is
+        still ahead (at least a second, rounded up so that the look falls at or just past it), where the failure
+        policy applies. A poll counted from wherever the last look before the timeout fell held a launch whose node
+        never joins up to ``DrainPollSeconds`` (300 s) past ``ReadinessTimeoutSeconds``, ten times the shortest
+        timeout."""
+        wait = float(self._policy.poll_seconds) if wait is None else wait
         left = (deadline - now).total_seconds()
-        poll = float(self._policy.poll_seconds)
-        return poll if left <= 0 else min(poll, max(1.0, float(math.ceil(left))))
+        return wait if left <= 0 else min(wait, max(1.0, float(math.ceil(left))))
 
     def _deadline(self, record: LifecycleRecord, now: datetime) -> datetime:
         """The gate's timeout, from its first look: the readiness timeout, but not past the point where the
@@ -159,7 +160,10 @@ class ReadinessGate:
                 last_error=str(error)[:500],
             )
         if record.gate_deadline is None:
-            wait = max(self._policy.poll_seconds, retry_after_wait(error.retry_after))
+            # (by the gate's timeout at the latest: a poll longer than the timeout would look again past it)
+            wait = self._next_look(
+                now, deadline, max(self._policy.poll_seconds, retry_after_wait(error.retry_after))
+            )
             log.warning("readiness gate: no answer at its first look, again in %.0f s: %s", wait, error)
             return Outcome.wait(
                 wait, gate_deadline=deadline, attempts=record.attempts + 1, last_error=str(error)[:500]

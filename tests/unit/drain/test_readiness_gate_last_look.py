@@ -10,7 +10,11 @@ until the look at 120 s, a third more than the timeout, and at the shortest time
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
+from nodecycle.domain.errors import TransientError
 from nodecycle.domain.policy import ReadinessPolicy
+from nodecycle.domain.ports.cluster import NodeInfo
 from tests.support.readiness_gates import Dns, RefusingCluster, gate_on, poll_gate
 from tests.unit.drain.test_drain_steps import FakeCluster, readiness
 
@@ -46,3 +50,35 @@ def test_a_refused_read_of_the_node_is_given_up_at_the_readiness_timeout_not_a_p
 
     # Then it ends at its timeout too
     assert ended == TIMEOUT
+
+
+@dataclass
+class FirstLookUnanswered(FakeCluster):
+    """An API server that fails the gate's first look (a 503 as its control plane scales) and answers after."""
+
+    looked: int = 0
+
+    def find_node(
+        self, instance_id: str, private_dns_name: str | None, *, scan: bool = True
+    ) -> NodeInfo | None:
+        self.looked += 1
+        if self.looked == 1:
+            raise TransientError("GET nodes: HTTP 503")
+        return super().find_node(instance_id, private_dns_name, scan=scan)
+
+
+def test_a_first_look_unanswered_under_a_poll_longer_than_the_timeout_is_given_up_at_the_timeout() -> None:
+    # Given a gate polling every 300 s (DrainPollSeconds' most) under a 60 s readiness timeout, whose first look
+    # the API server fails, and a node that never joins
+    cluster = FirstLookUnanswered()
+    policy = readiness(
+        readiness_timeout_seconds="60", drain_poll_seconds="300", budget_holder_ttl_seconds="1200"
+    )
+    gate = gate_on(cluster, Dns(), policy)
+
+    # When the gate polls until it ends
+    ended = poll_gate(gate, cluster, until=1000, joins={})
+
+    # Then it looked again by its timeout, and ended there, not a whole poll (300 s) after its first look
+    assert cluster.looked == 2
+    assert ended == 60
