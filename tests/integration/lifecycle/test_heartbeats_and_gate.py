@@ -2,9 +2,11 @@
 heartbeats; the launch readiness gate completes once the node is Ready, and gives up on one that never joins.
 
 Both on one sandbox, set going at once: the drain waits out a pod's 21 s stop and the gate its 30 s timeout, and
-one after the other, on a sandbox each, the file took two sandboxes' starts and the sum of those waits. Each keeps
-the hook it had: the terminate hook's heartbeat timeout is 10 s, the launch hook's the default 300 s (a launch
-under a 10 s hook is no case of the gate's). The terminate is a scale-in (no replacement), so that the one launch
+one after the other, on a sandbox each, the file took two sandboxes' starts and the sum of those waits. The
+terminate hook's heartbeat timeout is 10 s; the launch hook's is 30 s, the shortest AWS takes (PutLifecycleHook:
+HeartbeatTimeout from 30 to 7200 s), under a readiness timeout longer than it, so that the gate's launch lives on
+its heartbeats until the gate gives up (a 10 s launch hook, under the heartbeat margin and a redelivery the
+settings need, lapsed on a loaded machine). The terminate is a scale-in (no replacement), so that the one launch
 after the group's first two is the gate's node that never joins."""
 
 from __future__ import annotations
@@ -30,10 +32,10 @@ from tests.integration.lifecycle.harness import (
 pytestmark = pytest.mark.slow
 
 HEARTBEAT_TIMEOUT = 10  # the terminate hook's
-LAUNCH_HEARTBEAT_TIMEOUT = 300  # the launch hook's: the gate's 30 s wait needs no heartbeat
+LAUNCH_HEARTBEAT_TIMEOUT = 30  # the launch hook's: AWS's shortest, shorter than the gate's wait
 # A pod that takes just over two heartbeat timeouts to stop: the drain outlives two of them, on heartbeats alone
 SLOW_SHUTDOWN = 2 * HEARTBEAT_TIMEOUT + 1
-READINESS_TIMEOUT = 30
+READINESS_TIMEOUT = LAUNCH_HEARTBEAT_TIMEOUT + 15
 
 
 @dataclass(frozen=True)
@@ -46,8 +48,8 @@ class Started:
 
 @pytest.fixture(scope="module")
 def started() -> Iterator[Started]:
-    # A terminate hook with a 10 s heartbeat timeout, a launch hook with the default 300 s (their default results
-    # ABANDON); a launch waits 30 s for its node, then is completed ABANDON
+    # A terminate hook with a 10 s heartbeat timeout, a launch hook with 30 s (their default results ABANDON); a
+    # launch waits 45 s for its node, then is completed ABANDON
     hooks = (
         HookSpec("nodecycle-launch", LAUNCHING, LAUNCH_HEARTBEAT_TIMEOUT, "ABANDON"),
         HookSpec("nodecycle-terminate", TERMINATING, HEARTBEAT_TIMEOUT, "ABANDON"),
@@ -140,7 +142,8 @@ def test_the_readiness_gate_completes_when_ready_and_gives_up_on_a_node_that_nev
         "a launch",
     )[0]
 
-    # Then after the readiness timeout the gate completes it with the configured result
+    # Then after the readiness timeout, past its hook's heartbeat timeout on heartbeats, the gate completes it with
+    # the configured result (not Auto Scaling's timeout with the hook's default)
     settled = wait_for(
         lambda: next(
             (
@@ -150,10 +153,15 @@ def test_the_readiness_gate_completes_when_ready_and_gives_up_on_a_node_that_nev
             ),
             None,
         ),
-        75,
+        READINESS_TIMEOUT + 45,
         "the launch of an instance whose node never joins",
     )
     assert (settled.outcome, settled.result) == ("completed", "ABANDON")
     assert settled.finished_at is not None
     assert settled.finished_at - settled.started_at >= READINESS_TIMEOUT
+    gaps = [
+        b - a for a, b in zip([settled.started_at, *settled.heartbeats], settled.heartbeats, strict=False)
+    ]
+    assert settled.heartbeats
+    assert max(gaps) < LAUNCH_HEARTBEAT_TIMEOUT
     assert record_of(sandbox, stranger.instance_id, Transition.LAUNCHING).outcome == "node-never-joined"
