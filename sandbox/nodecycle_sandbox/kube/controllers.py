@@ -169,13 +169,13 @@ class Controllers:
             return True
 
     def instance_started(self, name: str) -> bool:
-        """The node's instance runs again: its kubelet is back (Ready), and the shutdown taint goes. False
-        when there is no such node."""
+        """The node's instance runs again (started, or rebooted): its kubelet is back (Ready), posting the new
+        boot's id, and the shutdown taint goes. False when there is no such node."""
         with self._store.lock:
             self._stopped.discard(name)
             if self._store.get(NODES, "", name) is None:
                 return False
-            self.revive_kubelet(name)
+            self.revive_kubelet(name, booted=True)
             node = self._store.get(NODES, "", name)
             assert node is not None  # (under the lock since it was found)
             updated = node_lifecycle.started(node)
@@ -183,14 +183,16 @@ class Controllers:
                 self._store.write(NODES, updated, verb="update", source=SANDBOX)
             return True
 
-    def revive_kubelet(self, name: str) -> None:
+    def revive_kubelet(self, name: str, *, booted: bool = False) -> None:
+        """The node's kubelet posts its status again: after its own restart (the same boot), or, ``booted``, on an
+        instance that booted again (a reboot, a stop and start), with that boot's id."""
         with self._store.lock:
             node = self._store.get(NODES, "", name)
             if node is None:
                 raise LookupError(f"no node {name!r}")
             self._kubelet.revive(name)
             self._kubelet_lost_at.pop(name, None)
-            updated = node_lifecycle.reachable(node, time.time())
+            updated = node_lifecycle.reachable(node, time.time(), booted=booted)
             if updated != node:
                 self._store.write(NODES, updated, verb="update", source=SANDBOX, resource="nodes/status")
 

@@ -22,6 +22,8 @@ collector force-deletes the pods terminating on such a node once it is not Ready
 
 from __future__ import annotations
 
+import uuid
+
 from nodecycle_sandbox.kube.builders import pressure_conditions, ready_condition
 from nodecycle_sandbox.kube.meta import JsonObj, json_copy, rfc3339, with_condition
 
@@ -227,10 +229,16 @@ def pod_not_ready(pod: JsonObj, now: float) -> JsonObj:
     return updated
 
 
-def reachable(node: JsonObj, now: float) -> JsonObj:
-    """The node once its kubelet posts status again: Ready, without the unreachable taints."""
+def reachable(node: JsonObj, now: float, *, booted: bool = False) -> JsonObj:
+    """The node once its kubelet posts status again: Ready, without the unreachable taints. ``booted``: its instance
+    booted again (a reboot, a stop and start), and the kubelet's status carries the new boot's id in
+    status.nodeInfo.bootID, as a real kubelet's does (the MachineInfo status setter, pkg/kubelet/nodestatus: the
+    machine's /proc/sys/kernel/random/boot_id, new at every boot; it records a Rebooted event when it changed). A
+    kubelet that only restarted keeps it."""
     updated = json_copy(node)
     status = updated.setdefault("status", {})
+    if booted:
+        status.setdefault("nodeInfo", {})["bootID"] = str(uuid.uuid4())
     conditions: list[JsonObj] = status.get("conditions") or []
     # (every condition it posts: the pressures the lost kubelet left Unknown too)
     for posted in (*pressure_conditions(now), ready_condition(True, now)):

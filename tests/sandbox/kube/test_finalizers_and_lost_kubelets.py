@@ -331,3 +331,35 @@ def test_the_node_of_a_stopped_instance_stays_tainted_shutdown_until_it_starts_a
         assert _ready_status(server, node) == "True"
         assert _taints(server, node) == set()
         assert not server.instance_stopped("no-such-node")
+
+
+def _boot_id(server: KubeServer, node: str) -> str:
+    found = server.get_object("nodes", node) or {}
+    return str(found["status"]["nodeInfo"]["bootID"])
+
+
+def test_a_kubelet_back_after_its_instance_booted_again_posts_a_new_boot_id_and_one_restarted_keeps_it() -> (
+    None
+):
+    with KubeServer(tick_seconds=0.02, node_monitor_grace_seconds=0.2) as server:
+        # Given a Ready node
+        server.seed({"nodes": nodes_seed(1)})
+        node = node_name(0, 10)
+        first = _boot_id(server, node)
+
+        # When its kubelet alone restarts (the instance runs on): the boot is the same, and so is its bootID
+        server.kill_kubelet(node)
+        server.revive_kubelet(node)
+        assert _boot_id(server, node) == first
+
+        # When its instance reboots (or stops and starts) and its kubelet is back: the kubelet posts the new boot's
+        # id (/proc/sys/kernel/random/boot_id) with its status, Ready with it
+        assert server.instance_rebooting(node)
+        assert server.instance_started(node)
+        assert _ready_status(server, node) == "True"
+        second = _boot_id(server, node)
+        assert second != first
+
+        assert server.instance_stopped(node)
+        assert server.instance_started(node)
+        assert _boot_id(server, node) not in (first, second)
