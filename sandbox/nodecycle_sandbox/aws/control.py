@@ -46,6 +46,7 @@ class AwsControls(Protocol):
         token_checked_against_instance: bool | None = None,
         token_checked_against_group: bool | None = None,
         notifications_tell_origin: bool | None = None,
+        root_volume_boot_seconds: float | None = None,
     ) -> None: ...
 
     def plan_nodes(
@@ -146,13 +147,15 @@ class AwsControl:
         token_checked_against_instance: bool | None = None,
         token_checked_against_group: bool | None = None,
         notifications_tell_origin: bool | None = None,
+        root_volume_boot_seconds: float | None = None,
     ) -> None:
         """Change the global-timeout rule (for hooks put from now on), where SQS-hook events go, how long
         EC2 lists a terminated instance (about an hour on AWS), and how many Elastic IPs the account may
         hold (5 by default on AWS; no limit in the sandbox until set), and whether a lifecycle call's token
         must be of the instance named with it (see LifecycleEmulator.token_checked_against_instance), and of the
         group named with it (token_checked_against_group), and whether a hook's queue or topic notifications carry
-        Origin and Destination (LifecycleEmulator.notifications_tell_origin)."""
+        Origin and Destination (LifecycleEmulator.notifications_tell_origin), and how long after its root volume is
+        replaced an instance's kubelet runs again (LifecycleEmulator.root_volume_boot_seconds)."""
         emulator = self.emulator
         with emulator.lock:
             if address_quota is not None:
@@ -171,6 +174,8 @@ class AwsControl:
                 emulator.token_checked_against_group = token_checked_against_group
             if notifications_tell_origin is not None:
                 emulator.notifications_tell_origin = notifications_tell_origin
+            if root_volume_boot_seconds is not None:
+                emulator.root_volume_boot_seconds = root_volume_boot_seconds
 
     def plan_nodes(
         self,

@@ -163,6 +163,9 @@ class LifecycleEmulator:
         # instance's lifecycle state alone tells a root volume replacement or a warm pool's move from a
         # termination then.
         self.notifications_tell_origin = True
+        # How long after its root volume is replaced (RootVolumeReplaced) an instance's kubelet runs again: on AWS the
+        # operating system's boot from the new volume, tens of seconds or more; short by default for the tests' time
+        self.root_volume_boot_seconds = ROOT_VOLUME_BOOT_SECONDS
         self.notifications: list[Notification] = []
         self.actions: dict[str, ActionRecord] = {}
         self.instances: dict[str, InstanceHistory] = {}
@@ -450,7 +453,7 @@ class LifecycleEmulator:
             if group.name != group_name:
                 return
             state.lifecycle_state = "RootVolumeReplaced"
-            self.instance_started(instance_id, boot=ROOT_VOLUME_BOOT_SECONDS)
+            self.instance_started(instance_id, boot=self.root_volume_boot_seconds)
             self.enter(group, state, origin=GROUP, destination=GROUP, action=REPLACE_ROOT_VOLUME)
 
     def _launch_proceeds(self, group: FakeAutoScalingGroup, state: InstanceState, destination: str) -> None:
