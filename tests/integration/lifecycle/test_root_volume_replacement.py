@@ -7,6 +7,9 @@ instance keeps its network interfaces), and is uncordoned once the instance is b
 
 from __future__ import annotations
 
+import functools
+from typing import Any
+
 import pytest
 
 from nodecycle.domain.model import LifecycleRecord, Step
@@ -159,3 +162,64 @@ def test_a_root_volume_replacement_notified_by_a_queue_without_origin_is_drained
         # And each launch action after a replacement (told without Origin either: the state, Pending:Wait, cannot
         # tell it from a new instance's) was completed once the rebooted kubelet ran
         launched_back_after_the_reboot(sandbox, timeline, instances)
+
+
+# How long the sandbox's instance takes to boot from its new root volume in the test below: longer than the cleanup's
+# watch takes between two looks (12 drain polls of 1 s), and shorter than the node monitor's grace (40 s), through
+# which the node stays Ready as the old kubelet left it
+SLOW_BOOT_SECONDS = 20.0
+
+
+def test_without_a_launch_hook_a_node_is_uncordoned_only_once_the_rebooted_kubelet_posted_its_status() -> (
+    None
+):
+    # Given a group with nodecycle's terminate hook only (no launch hook: no readiness gate holds the instance once
+    # its volume is replaced), whose instances boot from their new root volume in 20 s
+    terminate_only = (HookSpec("nodecycle-terminate", TERMINATING, HOOK_TIMEOUT, "CONTINUE"),)
+    with running(size=2, hooks=terminate_only) as sandbox:
+        sandbox.aws.configure(root_volume_boot_seconds=SLOW_BOOT_SECONDS)
+        instances = sorted(sandbox.asg.in_state("InService"))
+        # (in service before their nodes join: no launch hook waits for them)
+        for instance in instances:
+            wait_for(functools.partial(joined, sandbox, instance), 60, f"the node of {instance}")
+        nodes = {instance: node_of(sandbox, instance) for instance in instances}
+        booted = {node: boot_id(node_object(sandbox, node)) for node in nodes.values()}
+        sandbox.kube.reset_history()
+
+        # When an instance refresh replaces their root volumes, one at a time
+        refresh = sandbox.asg.start_refresh(min_healthy_percentage=50, strategy=REPLACE_ROOT_VOLUME)
+        timeline = sandbox.asg.wait_refresh(refresh, timeout=240)
+        assert timeline.status == "Successful"
+        for instance in instances:
+            uncordoned_again(sandbox, nodes[instance])
+            node = nodes[instance]
+            back = functools.partial(booted_again, sandbox, node, booted[node])
+            wait_for(back, 2 * SLOW_BOOT_SECONDS, f"the rebooted kubelet of node {node}")
+
+        # Then each node was uncordoned once its rebooted kubelet had posted its status (a new bootID, Ready), not
+        # on the Ready condition its kubelet left before the reboot, in service again moments after the replacement
+        history = sandbox.kube.history()
+        for instance in instances:
+            node = nodes[instance]
+            writes = [
+                e for e in history if e.resource.startswith("nodes") and e.name == node and not e.removed
+            ]
+            back_at = min(e.time for e in writes if boot_id(e.object) != booted[node])
+            cordoned_at = min(e.time for e in writes if cordoned(e.object))
+            uncordoned_at = min(e.time for e in writes if e.time > cordoned_at and not cordoned(e.object))
+            assert uncordoned_at >= back_at, (
+                f"node {node} uncordoned {back_at - uncordoned_at:.1f} s before its kubelet ran"
+            )
+
+
+def joined(sandbox: Sandbox, instance: str) -> bool:
+    node = sandbox.kube.node_for_instance(instance)
+    return node is not None and ready(node_object(sandbox, node))
+
+
+def booted_again(sandbox: Sandbox, node: str, before: str) -> bool:
+    return boot_id(node_object(sandbox, node)) != before
+
+
+def boot_id(node: dict[str, Any]) -> str:
+    return str(((node.get("status") or {}).get("nodeInfo") or {}).get("bootID"))

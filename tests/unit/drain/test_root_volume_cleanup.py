@@ -112,3 +112,35 @@ def test_a_node_whose_replacement_failed_stays_cordoned(state: str | None) -> No
     assert (done.then, done.again) == (None, False)
     assert (cluster.cordoned, cluster.nodes[NODE].released_for) == ({NODE}, record.id)
     assert (NODE, "CordonKeptAfterRootVolumeReplacement", "Normal") in events.written
+
+
+def test_a_node_in_service_again_is_uncordoned_only_once_its_kubelet_posted_from_the_new_boot() -> None:
+    # Given our node, drained for its instance's root volume replacement and watched, its kubelet's boot id read
+    # before the reboot
+    cluster = cordoned_for_it()
+    cluster.nodes[NODE] = cluster.nodes[NODE].model_copy(update={"boot_id": "boot-1"})
+    autoscaling, events = FakeAutoscaling(states={INSTANCE: "ReplacingRootVolume:Proceed"}), FakeEvents()
+    step = cleanup(cluster, FakeSlots(holders={NODE}), autoscaling, events)
+    record = replaced()
+    watching = record.model_copy(update=step(record, T0 + timedelta(minutes=2)).changes)
+
+    # When the instance is in service again (no launch hook holds it) while its node still says Ready as the kubelet
+    # left it before the reboot (the node monitor marks it Unknown only after its grace, 40 s), the same boot id
+    autoscaling.states[INSTANCE] = "InService"
+    early = step(watching, T0 + timedelta(minutes=3))
+
+    # Then the cordon stays: no kubelet runs there yet to take the pods sent to it
+    assert early.again
+    assert cluster.cordoned == {NODE}
+    watching = watching.model_copy(update=early.changes)
+
+    # When the rebooted kubelet posts its status: Ready, with the new boot's id
+    cluster.nodes[NODE] = cluster.nodes[NODE].model_copy(
+        update={"boot_id": "boot-2", "resource_version": "8"}
+    )
+    lifted = step(watching, T0 + timedelta(minutes=4))
+
+    # Then the cordon is lifted
+    assert (lifted.then, lifted.again) == (None, False)
+    assert cluster.cordoned == set()
+    assert (NODE, "UncordonedAfterRootVolumeReplacement", "Normal") in events.written

@@ -121,6 +121,7 @@ def node_info(data: dict[str, Any]) -> NodeInfo:
         ),
         cordoned_at=_cordoned_at(spec.get("taints") or []),
         created_at=_timestamp(meta.get("creationTimestamp")),
+        boot_id=((data.get("status") or {}).get("nodeInfo") or {}).get("bootID") or None,
     )
 
 

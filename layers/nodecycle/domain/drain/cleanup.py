@@ -97,6 +97,10 @@ ROOT_VOLUME_WATCH = "root_volume_watch"
 # The launch hooks hold the instance again once its volume is replaced (Pending:Wait), up to their global timeout (48
 # hours at most): a watch still waiting after that, and a margin, ends with the cordon kept (told: an operator looks)
 ROOT_VOLUME_WATCH_LIMIT = timedelta(days=2, hours=1)
+# record.extra key: the boot id (status.nodeInfo.bootID) its kubelet posted the node's status from before the
+# reboot, read as the watch begins: the replacement comes after the completion, the new kubelet's first status update
+# (the same boot id? the node's Ready is still the old kubelet's) tens of seconds after that at the soonest
+BOOT_BEFORE = "boot_before"
 # Auto Scaling lifecycle states (prefixes) of an instance that is not coming back to its group's service after
 # a maintenance: terminated, detached, or gone into its warm pool (a wider set than the engine's
 # TERMINATION_STATES, which says only whether a launch action ended with its instance)
@@ -301,6 +305,8 @@ class Cleanup:
             pace = self._spot_pace(record, now)
             return self._watch(self._lift_after_restart, watched, now, SPOT_WATCH, pace)
         if replaced:
+            if node is not None and node.boot_id:
+                watched = watched.model_copy(update={"extra": {**watched.extra, BOOT_BEFORE: node.boot_id}})
             pace = self._maintenance_poll_seconds
             return self._watch(self._lift_after_root_volume, watched, now, ROOT_VOLUME_WATCH, pace)
         return Outcome.next()
@@ -744,7 +750,7 @@ class Cleanup:
 
     def _lift_after_root_volume(self, record: LifecycleRecord, now: datetime) -> Outcome:
         """Lift what this lifecycle set on the node once the instance whose root volume was replaced is back in
-        service with its node Ready: Auto Scaling puts it in service only after its launch hooks let it go
+        service with its node Ready, posted by the rebooted kubelet (a boot id other than BOOT_BEFORE): Auto Scaling puts it in service only after its launch hooks let it go
         (Pending:Wait once the volume is replaced), the readiness gate's after its rebooted kubelet ran. Until then
         the cordon stays: the reboot is to come, or under way. An instance that goes (a replacement that failed:
         Auto Scaling terminates it; out of its group) keeps it, as a terminated one's does. Only while the node is
@@ -758,7 +764,14 @@ class Cleanup:
         if in_group is None or in_group.startswith(NOT_COMING_BACK_STATES):
             why = f"instance {instance} is not coming back ({in_group or 'in no group'})"
             return self._kept(node, record, why, leaving=True, after=ROOT_VOLUME_AFTER)
-        if in_group == "InService" and node.ready:
+        # Ready from the rebooted kubelet: the node says Ready as the old kubelet left it for the node monitor's
+        # grace (40 s) after the reboot, and after it until the new kubelet's first status update. Without a launch
+        # hook that waits for the kubelet (or with the readiness gate off) the instance is in service moments after
+        # the replacement: uncordoned on that Ready, the node took pods while no kubelet ran there. The new boot's
+        # id comes in the same status update as the new kubelet's Ready (the kubelet's MachineInfo setter).
+        before = record.extra.get(BOOT_BEFORE)
+        booted = not before or not node.boot_id or node.boot_id != before
+        if in_group == "InService" and node.ready and booted:
             return self._lift_told(
                 node,
                 record,
@@ -771,8 +784,9 @@ class Cleanup:
                 node,
                 record,
                 f"instance {instance} is not back in service with its node Ready ({in_group}, node "
-                f"{'Ready' if node.ready else 'NotReady'}) {ROOT_VOLUME_WATCH_LIMIT} after its root volume "
-                "replacement",
+                f"{'Ready' if node.ready else 'NotReady'}"
+                f"{'' if booted else ', its kubelet not yet back from the reboot: the same boot id'}) "
+                f"{ROOT_VOLUME_WATCH_LIMIT} after its root volume replacement",
                 warning=True,
                 after=ROOT_VOLUME_AFTER,
             )

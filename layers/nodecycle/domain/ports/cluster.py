@@ -59,6 +59,11 @@ class NodeInfo(BaseModel):
     # metadata.creationTimestamp, on the API server's clock as written (None: not told): a node older than the launch
     # it is found for outlived its instance's reboot, or another instance's life (see launch.ReadinessGate)
     created_at: datetime | None = None
+    # status.nodeInfo.bootID: the id of the boot its kubelet last posted the node's status from (the machine's
+    # /proc/sys/kernel/random/boot_id, new at every boot), in the same status update as its Ready condition. A node
+    # whose instance rebooted says Ready as the old kubelet left it until the node monitor's grace (40 s) is over, and
+    # after it until the new kubelet's first status update: a new boot id says that update came (None: not told)
+    boot_id: str | None = None
 
     @property
     def lifecycle(self) -> str | None:
