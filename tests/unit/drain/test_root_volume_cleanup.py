@@ -11,6 +11,7 @@ from datetime import timedelta
 import pytest
 
 from nodecycle.domain.drain.cleanup import MAINTENANCE_POLL_SECONDS, ROOT_VOLUME_WATCH
+from nodecycle.domain.drain.common import NODE_SEEN
 from nodecycle.domain.model import GROUP, LifecycleRecord, Step
 from nodecycle.domain.policy import ActionResult
 from tests.support.fakes import T0, FakeAutoscaling
@@ -142,5 +143,26 @@ def test_a_node_in_service_again_is_uncordoned_only_once_its_kubelet_posted_from
 
     # Then the cordon is lifted
     assert (lifted.then, lifted.again) == (None, False)
+    assert cluster.cordoned == set()
+    assert (NODE, "UncordonedAfterRootVolumeReplacement", "Normal") in events.written
+
+
+def test_a_cleanup_run_late_takes_the_boot_before_the_reboot_from_the_drains_last_read() -> None:
+    # Given our node, drained for its instance's root volume replacement, the drain's last read of it before the
+    # completion kept (boot-1); the cleanup runs late (a crash after the completion, the message delivered again):
+    # the instance is back in service and its rebooted kubelet has posted the node Ready from boot-2
+    cluster = cordoned_for_it()
+    drained = cluster.nodes[NODE].model_copy(update={"boot_id": "boot-1"})
+    cluster.nodes[NODE] = drained.model_copy(update={"boot_id": "boot-2", "resource_version": "8"})
+    autoscaling, events = FakeAutoscaling(states={INSTANCE: "InService"}), FakeEvents()
+    step = cleanup(cluster, FakeSlots(holders={NODE}), autoscaling, events)
+    record = replaced()
+    record = record.model_copy(update={"extra": {**record.extra, NODE_SEEN: drained.model_dump(mode="json")}})
+
+    # When its cleanup runs
+    done = step(record, T0 + timedelta(minutes=10))
+
+    # Then the cordon is lifted at its first look: the kubelet is back from the reboot, not waited for again
+    assert (done.then, done.again) == (None, False)
     assert cluster.cordoned == set()
     assert (NODE, "UncordonedAfterRootVolumeReplacement", "Normal") in events.written

@@ -12,6 +12,7 @@ from typing import Any
 from nodecycle.domain.completion import SETTLED_ELSEWHERE
 from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.drain.common import (
+    NODE_SEEN,
     RELEASE_FAILING_FOR,
     _at_once,
     _failing_for,
@@ -98,8 +99,7 @@ ROOT_VOLUME_WATCH = "root_volume_watch"
 # hours at most): a watch still waiting after that, and a margin, ends with the cordon kept (told: an operator looks)
 ROOT_VOLUME_WATCH_LIMIT = timedelta(days=2, hours=1)
 # record.extra key: the boot id (status.nodeInfo.bootID) its kubelet posted the node's status from before the
-# reboot, read as the watch begins: the replacement comes after the completion, the new kubelet's first status update
-# (the same boot id? the node's Ready is still the old kubelet's) tens of seconds after that at the soonest
+# reboot (see _boot_before): while the node says that one, its Ready is still the old kubelet's
 BOOT_BEFORE = "boot_before"
 # Auto Scaling lifecycle states (prefixes) of an instance that is not coming back to its group's service after
 # a maintenance: terminated, detached, or gone into its warm pool (a wider set than the engine's
@@ -304,9 +304,11 @@ class Cleanup:
         if resuming:
             pace = self._spot_pace(record, now)
             return self._watch(self._lift_after_restart, watched, now, SPOT_WATCH, pace)
+        if replaced and node is not None:
+            before = _boot_before(record, node)
+            if before:
+                watched = watched.model_copy(update={"extra": {**watched.extra, BOOT_BEFORE: before}})
         if replaced:
-            if node is not None and node.boot_id:
-                watched = watched.model_copy(update={"extra": {**watched.extra, BOOT_BEFORE: node.boot_id}})
             pace = self._maintenance_poll_seconds
             return self._watch(self._lift_after_root_volume, watched, now, ROOT_VOLUME_WATCH, pace)
         return Outcome.next()
@@ -929,6 +931,18 @@ class Cleanup:
                 warning=True,
             )
             return False
+
+
+def _boot_before(record: LifecycleRecord, node: NodeInfo) -> str | None:
+    """The boot id of the node before its instance's root volume replacement: as the drain last read the node whole
+    (NODE_SEEN: before the completion, so before the reboot), when that was this very node object; else as the
+    cleanup reads it, moments after the completion. A cleanup run again after a crash, minutes later, may read the
+    rebooted kubelet's: taken for the old boot's, the watch would wait for a boot that came already, the cordon kept
+    until its limit."""
+    seen = record.extra.get(NODE_SEEN)
+    if isinstance(seen, dict) and seen.get("uid") == node.uid and seen.get("boot_id"):
+        return str(seen["boot_id"])
+    return node.boot_id
 
 
 def _may_come(event: ScheduledEvent, record: LifecycleRecord, now: datetime) -> bool:
