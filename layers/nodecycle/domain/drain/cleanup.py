@@ -376,7 +376,7 @@ class Cleanup:
         if began is None:
             # (no activity of the group names the instance: nothing dates the action the hook holds, and a
             # deadline kept from the crossed message may be later than Auto Scaling's. Cleaned up as ever, the
-            # expiry told: the sweeper adopts that action, dated by the listings that did not show it)
+            # expiry told: the sweeper adopts that action, dated by the last listing before this lifecycle hid it)
             log.warning(
                 "hook %s still holds instance %s, but Auto Scaling lists no activity of group %s that names it: "
                 "its action's start is unknown, the lifecycle is not carried over",

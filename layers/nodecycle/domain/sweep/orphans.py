@@ -119,6 +119,12 @@ class OrphanedActions:
         # from a listing that showed them (an action's global timeout is reckoned from it: it must come no
         # later than the action started)
         self._unsettled: dict[tuple[str, Transition], datetime | None] = {}
+        # The held instances a listing showed that a listed lifecycle of theirs hid (not probed: see _known) -> the
+        # last listing before the first that showed them so. The lifecycle's action may not be the one holding the
+        # instance (taken in from a message that named it with another instance's token, a version of a lifecycle
+        # whose action is over that a lagging index lists, another hook's of the same termination): once it no
+        # longer hides it, the action found is dated from there, not from a listing that showed it hidden
+        self._hidden: dict[tuple[str, Transition], datetime | None] = {}
         # Each group's hooks as last read, for a sweep that cannot read them again (see _our_hooks), and the groups
         # this sweep could not
         self._hooks_read: dict[str, dict[str, Hook]] = {}
@@ -153,14 +159,19 @@ class OrphanedActions:
         )
         # (only a listing made: one that failed showed nothing, and did not fail to show an action)
         listed_before, self._last_listed = self._last_listed, now
+        hidden = {
+            (w.instance_id, w.transition): self._unshown_since((w.instance_id, w.transition), listed_before)
+            for w in waiting_instances
+            if _known(w, known)
+        }
         self._unlooked = set()
         for index, waiting in enumerate(listed):
             instance = (waiting.instance_id, waiting.transition)
-            before = self._unsettled.get(instance, listed_before)
+            before = self._unshown_since(instance, listed_before)
             if not time.enough():
                 cut_short = True  # (the rest keep what was known of them: the next sweep looks at them first)
                 self._unlooked = {(w.instance_id, w.transition) for w in listed[index:]}
-                unsettled |= {key: self._unsettled.get(key, listed_before) for key in self._unlooked}
+                unsettled |= {key: self._unshown_since(key, listed_before) for key in self._unlooked}
                 break
             looked += 1
             try:
@@ -181,7 +192,7 @@ class OrphanedActions:
         # settled keeps its first sighting
         unsettled_instances = {instance_id for instance_id, _ in unsettled}
         self._seen = {key: value for key, value in self._seen.items() if key[0] in unsettled_instances} | seen
-        self._unsettled = unsettled
+        self._unsettled, self._hidden = unsettled, hidden
         self._orphans = [
             *held,
             *(o for o in self._orphans if (o.waiting.instance_id, o.waiting.transition) in unsettled),
@@ -199,6 +210,16 @@ class OrphanedActions:
                 "instances probed under the hooks read before"
             )
         return {"LifecyclesOrphaned": len(held)}
+
+    def _unshown_since(
+        self, instance: tuple[str, Transition], listed_before: datetime | None
+    ) -> datetime | None:
+        """The last listing known not to show ``instance`` held: the one before this sweep's, unless a sweep before
+        left it unsettled or a listed lifecycle hid it (then the one before those sweeps' listings: theirs showed it).
+        An instance is one or the other at a listing, never both."""
+        if instance in self._unsettled:
+            return self._unsettled[instance]
+        return self._hidden.get(instance, listed_before)
 
     def _keep_alive_as_found(self, waiting: WaitingInstance) -> None:
         """Heartbeat the actions a sweep before found holding ``waiting`` with no record, under the hooks it found
