@@ -334,8 +334,10 @@ class AcquireSlot:
         drains; nor when EC2 does not answer: the drain is not held back for a look once due. Asked once per first
         ask (DescribeInstanceStatus), of a maintenance's drain only: no call of a terminate lifecycle's, nor of a
         waiter's later asks."""
-        if self._maintenance is None or record.slot_waiting_since is not None:
+        if self._maintenance is None:
             return None
+        if record.slot_waiting_since is not None:
+            return self._moved_in_line(record, now)
         early = record.global_deadline - self._policy.maintenance_lead - now > EARLY_BY
         if record.extra.get(KEPT_ON_NODE):
             return self._until_due(record, record.global_deadline, now) if early else None
@@ -389,6 +391,41 @@ class AcquireSlot:
             max(now, moved - self._policy.maintenance_lead),
         )
         return self._until_due(record, moved, now, extra={**record.extra, MAINTENANCE_LISTED: True})
+
+    def _moved_in_line(self, record: LifecycleRecord, now: datetime) -> Outcome | None:
+        """A maintenance's lifecycle waiting in the budget's line, timed by an earlier start EC2 now lists; None: it
+        asks as it waits. A customer may move the event earlier while it waits (ModifyInstanceEventStartTime: to any
+        start at least 60 minutes ahead; with a lead time longer than that, hours before the start it waits for), and
+        no AWS Health event tells of it: asked under the old start, its precedence near the action's end (urgent, then
+        forced past the budget) and its drain's cap came after the maintenance had struck. So it looks at EC2 again,
+        once per look interval in line (see policy.MAINTENANCE_LOOK: a waiter asks every BudgetRetrySeconds), at the
+        first ask past each interval since it joined the line (its last ask's commit before it). Only a move earlier
+        is taken: its ask runs again at once under the new start, its place in line kept. A move later or a call-off
+        is not (the drain, due, goes on: its next lifecycle, or the watch after it, sees to the new start), nor an
+        EC2 that does not answer."""
+        maintenance, since = self._maintenance, record.slot_waiting_since
+        if maintenance is None or since is None:
+            return None
+        look = maintenance_look(self._policy.maintenance_lead)
+        if (now - since) // look <= max(record.updated_at - since, timedelta()) // look:
+            return None
+        try:
+            starts = [event.not_before for event in maintenance.scheduled_events(record.instance_id)]
+        except TransientError as error:
+            log.warning(
+                "whether EC2 moved the maintenance of %s cannot be told (%s)", record.instance_id, error
+            )
+            return None
+        earlier = min((start for start in starts if start < record.global_deadline), default=None)
+        if earlier is None:
+            return None
+        log.warning(
+            "EC2 lists the maintenance of %s at %s, before %s (moved earlier while it waits in line): timed by it",
+            record.instance_id,
+            earlier,
+            record.global_deadline,
+        )
+        return self._until_due(record, earlier, now)
 
     def _until_due(self, record: LifecycleRecord, starts: datetime, now: datetime, **changes: Any) -> Outcome:
         """A maintenance's lifecycle, timed by its start ``starts`` as EC2 lists it, waits for its drain's due time (a
