@@ -8,7 +8,7 @@ terminates undrained; a launch: no address, no readiness gate). The other repair
 lifecycles that have a record.
 
 So each sweep lists the instances hooks hold in this stack's groups (one DescribeAutoScalingGroups, in pages,
-for all of them) and looks for those with no lifecycle of their transition whose action is open. Each one's
+for all of them) and looks for those with no lifecycle of their transition and hook whose action is open. Each one's
 action under each of this stack's hooks is probed with a heartbeat by instance id (no API tells an action's
 token): Auto Scaling accepts it only while that hook holds the instance, and it keeps the action alive until
 the next sweep. An action found so again by a sweep at least ``adopt_after`` later (intake had its time: its retries,
@@ -59,9 +59,12 @@ def _held_at(record: LifecycleRecord) -> tuple[bool | None, bool | None]:
     return into, out_of
 
 
-def _known(waiting: WaitingInstance, known: set[tuple[str, Transition, bool | None, bool | None]]) -> bool:
-    """Whether a listed lifecycle's open action may be the one holding ``waiting``: of its instance and
-    transition, and held where that action would hold it. The listing comes from an index that lags, and the
+Known = set[tuple[str, Transition, str, bool | None, bool | None]]
+
+
+def _known(waiting: WaitingInstance, known: Known, hook: str) -> bool:
+    """Whether a listed lifecycle's open action may be the one ``hook`` holds ``waiting`` by: of its instance,
+    transition and hook, and held where that action would hold it. The listing comes from an index that lags, and the
     version it shows may be one whose action has ended since; an instance held where that action never holds it
     (taken out of its warm pool at once after its launch into the pool was completed, under the same hook) is
     held by another action, perhaps an orphan, and probed. (The same wait state again takes a round out of the
@@ -69,7 +72,7 @@ def _known(waiting: WaitingInstance, known: set[tuple[str, Transition, bool | No
     into = waiting.destination == WARM_POOL
     out_of = waiting.transition is Transition.TERMINATING and waiting.origin == WARM_POOL
     return any(
-        (waiting.instance_id, waiting.transition, told_into, told_out_of) in known
+        (waiting.instance_id, waiting.transition, hook, told_into, told_out_of) in known
         for told_into in (into, None)
         for told_out_of in (out_of, None)
     )
@@ -137,7 +140,9 @@ class OrphanedActions:
         try:
             # (not a lifecycle whose action is over that still watches its node: into a warm pool, for weeks; the
             # instance's next action under the hook is another one)
-            known = {(r.instance_id, r.transition, *_held_at(r)) for r in open_records if r.action_open}
+            known = {
+                (r.instance_id, r.transition, r.hook, *_held_at(r)) for r in open_records if r.action_open
+            }
         except Exception:  # (whatever kept DynamoDB from listing them: logged whole, the sweep fails below)
             log.exception("could not list the open lifecycles: every held action is kept alive, none adopted")
             self._keep_every_action_alive(now, time)
@@ -153,16 +158,21 @@ class OrphanedActions:
             self._keep_found_alive(error, open_records, held, time)
         # The instances a sweep cut short left unlooked at go first at the next: the listing comes in the same
         # order at every sweep, and each sweep would reach the same first ones again, never the others
+        told: dict[str, set[str]] = {}
+        for instance_id, _, hook, *_ in known:
+            told.setdefault(instance_id, set()).add(hook)
+        unread: set[str] = set()
+        covered = [self._covered(w, known, told, unread) for w in waiting_instances]
         listed = sorted(
-            (w for w in waiting_instances if not _known(w, known)),
+            (w for w, hides in zip(waiting_instances, covered, strict=True) if not hides),
             key=lambda w: (w.instance_id, w.transition) not in self._unlooked,
         )
         # (only a listing made: one that failed showed nothing, and did not fail to show an action)
         listed_before, self._last_listed = self._last_listed, now
         hidden = {
             (w.instance_id, w.transition): self._unshown_since((w.instance_id, w.transition), listed_before)
-            for w in waiting_instances
-            if _known(w, known)
+            for w, hides in zip(waiting_instances, covered, strict=True)
+            if hides
         }
         self._unlooked = set()
         for index, waiting in enumerate(listed):
@@ -176,6 +186,8 @@ class OrphanedActions:
             looked += 1
             try:
                 for hook in self._our_hooks(waiting.group, waiting.transition):
+                    if _known(waiting, known, hook):
+                        continue  # (its listed lifecycle keeps it alive: another of our hooks' is not)
                     if not self._held_by(waiting, hook):
                         continue  # this hook's action is over (ours, completed) or another hook holds it
                     if self._recorded(waiting, hook, open_records):
@@ -210,6 +222,32 @@ class OrphanedActions:
                 "instances probed under the hooks read before"
             )
         return {"LifecyclesOrphaned": len(held)}
+
+    def _covered(
+        self, waiting: WaitingInstance, known: Known, told: dict[str, set[str]], unread: set[str]
+    ) -> bool:
+        """Whether listed lifecycles may hold ``waiting`` under every one of this stack's hooks of its transition on
+        its group: not probed then. A group may have several of them (ManagedHooks "*", or naming two terminate
+        hooks), each holding the instance by an action of its own, with a lifecycle of its own: one of them listed
+        hides no other's orphan. The group's hooks as read last (one DescribeLifecycleHooks per group and ttl, read
+        only for an instance some lifecycle is listed for); not told, any listed lifecycle covers the instance.
+        ``told``: the hooks of the listed lifecycles, by instance; ``unread``: the groups whose hooks this sweep
+        could not read (not asked again: each ask is retried, throttled, for seconds, and the heartbeats come first)."""
+        if not any(_known(waiting, known, hook) for hook in told.get(waiting.instance_id, ())):
+            return False
+        if waiting.group in unread:
+            return True
+        try:
+            hooks = self._hooks.of(waiting.group)
+        except Exception as error:  # (the probes read them again, and tell a failure: see _our_hooks)
+            log.warning("could not read the lifecycle hooks of %s (%r)", waiting.group, error)
+            unread.add(waiting.group)
+            return True
+        return all(
+            _known(waiting, known, name)
+            for name, hook in hooks.items()
+            if hook.transition is waiting.transition and self._groups.takes_hook(name)
+        )
 
     def _unshown_since(
         self, instance: tuple[str, Transition], listed_before: datetime | None
