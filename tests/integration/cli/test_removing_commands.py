@@ -63,8 +63,10 @@ def test_the_nodes_a_removed_stack_left_are_listed_and_cleared_as_the_docs_say(
     cluster: tuple[KubeServer, dict[str, str]],
 ) -> None:
     server, env = cluster
-    # When the operator lists the nodes the removed stack (owner "gone") left annotated
-    listed = shell(removing_command("kubectl get nodes -o jsonpath"), env)
+    # When the operator lists the nodes the removed stack (owner "gone") left annotated (the listing by owner; the
+    # one after it lists every node marked released, whoever's)
+    by_owner = "kubectl get nodes -o jsonpath='{range .items[?(@.metadata.annotations.nodecycle\\.io/owner"
+    listed = shell(removing_command(by_owner), env)
 
     # Then only its own node is listed, with its lifecycle
     assert listed == "node-mine\ti-0123/terminate/t1\n"

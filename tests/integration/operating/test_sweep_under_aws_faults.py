@@ -77,7 +77,6 @@ def test_a_service_that_denies_or_throttles_the_sweeper_stops_only_the_parts_tha
 
         # Given now EC2 denying the sweeper (a service control policy) and Auto Scaling still throttling it,
         # and a node this stack annotated for a lifecycle that is over (its record gone: finished, expired)
-        before = time.time()
         sandbox.aws.arm_faults(
             faults=[
                 Fault("asg", "aws-throttle", target="autoscaling.*"),
@@ -92,16 +91,27 @@ def test_a_service_that_denies_or_throttles_the_sweeper_stops_only_the_parts_tha
         annotations = {OWNER_ANNOTATION: OWNER, IN_PROGRESS_ANNOTATION: json.dumps(progress)}
         admin = core_api(sandbox)
         admin.patch_node(node, {"metadata": {"annotations": annotations}})
+        before = time.time()  # (a sweep begun before the annotations were written does not judge them)
 
         def annotated() -> bool:
             metadata = admin.read_node(node).metadata
             found = (metadata.annotations if metadata is not None else None) or {}
             return OWNER_ANNOTATION in found or IN_PROGRESS_ANNOTATION in found
 
-        # When the sweeps run, Then the annotations are cleared all the same
+        # When the sweeps run, Then the annotations are kept while Auto Scaling does not answer: a lifecycle missing
+        # from this stack's records is another stack's drain when its instance lives in a group this stack does not
+        # manage (a shared owner id: domain/sweep/shared_owner.py), which only Auto Scaling (or EC2) tells; cleared,
+        # that drain's node would lose its marks mid-drain. The sweeps fail naming the part.
+        ended = wait_for(lambda: sweeps_after(sandbox, before), 60, "a sweep that ended")
+        assert all(not ok and "annotations" in error for ok, error in ended), ended
+        assert annotated()
+
+        # When Auto Scaling answers again (EC2 still denying the sweeper), Then they are cleared: the instance is in
+        # this stack's group
+        before = time.time()
+        sandbox.aws.arm_faults(faults=[Fault("ec2", "aws-denied", target="ec2.*")], seed=3, callers=[sweeper])
         wait_for(lambda: not annotated(), 90, "the leftover annotations cleared")
         ended = wait_for(lambda: sweeps_after(sandbox, before), 60, "a sweep that ended")
-        assert all(not ok for ok, _ in ended), ended
         assert all("annotations" not in error for _, error in ended), ended
         sandbox.aws.disarm_faults()
 
