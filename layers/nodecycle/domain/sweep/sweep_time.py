@@ -22,8 +22,9 @@ from nodecycle.domain.reserves import SWEEP_RESERVE
 RESERVE = SWEEP_RESERVE
 
 # Held back for the lifecycles' repair from the orphans' keep-alive, which comes before it: a few heartbeats
-# (throttled, retried) for the open actions most urgent, and the settlement of one at its last sweep, when
-# orphans are many (intake down through a whole instance refresh).
+# (throttled, retried) for the open actions most urgent when orphans are many (intake down through a whole instance
+# refresh), and the settlement of any action at its last chance that the first part had no time for (see
+# ORPHANS_SHARE).
 LIFECYCLES_SHARE = timedelta(seconds=60)
 
 # Held back for the orphans' keep-alive from the settlements of the actions at their last chance, which come first
