@@ -332,10 +332,14 @@ class ReadinessGate:
             )
             return True
         if record.back_from_root_volume_replacement or _older_than_its_launch(node, record):
-            if _renewed_after_first_read(renewed, record, extra):
+            # (the first read's Lease may be the last renewal of the kubelet from before the reboot: never enough)
+            if _renewed_since_first_read(renewed, record, extra, first_read_counts_from=None):
                 return True
         elif _timed_by_intake(record):
-            if self._renewed_since_first_read(renewed, record, now, extra):
+            # (at the first read, a renewal since both the launch's start and this look counts)
+            if _renewed_since_first_read(
+                renewed, record, extra, first_read_counts_from=max(record.started_at, now)
+            ):
                 return True
         elif renewed is not None and renewed >= record.started_at - CLOCK_SKEW:
             return True
@@ -347,24 +351,6 @@ class ReadinessGate:
             f"last renewed at {renewed}" if renewed else "no Lease",
         )
         return False
-
-    @staticmethod
-    def _renewed_since_first_read(
-        renewed: datetime | None, record: LifecycleRecord, now: datetime, extra: dict[str, object]
-    ) -> bool:
-        """Whether the kubelet renewed the Lease since the launch began, for a launch the intake timed from its
-        own clock, which may run behind. At the gate's first read of the Lease, only a renewal since both that
-        start and this look (by the drain function's clock) counts: a Lease last renewed before a warm-pool stop
-        passes only if both functions' clocks run behind (a live kubelet's last renewal may miss it by up to a
-        renewal, which only costs that wait). After it, a renewTime changed since the first read counts: a
-        write since that read, after the launch began (the kubelet's stamps compared with each other, for
-        equality only: a kubelet whose clock stepped back at boot still counts)."""
-        stamp = renewed.isoformat() if renewed is not None else NO_LEASE
-        seen = record.extra.get(LEASE_SEEN)
-        if seen is None:
-            extra[LEASE_SEEN] = stamp
-            return renewed is not None and renewed >= max(record.started_at, now) - CLOCK_SKEW
-        return renewed is not None and stamp != seen
 
     def _scan(self, polls: int, now: datetime, deadline: datetime) -> bool:
         """Whether this poll may list every node (see SCAN_AFTER). The time the node has had to register is told
@@ -395,23 +381,40 @@ def _older_than_its_launch(node: NodeInfo, record: LifecycleRecord) -> bool:
     )
 
 
-def _renewed_after_first_read(
-    renewed: datetime | None, record: LifecycleRecord, extra: dict[str, object]
+def _renewed_since_first_read(
+    renewed: datetime | None,
+    record: LifecycleRecord,
+    extra: dict[str, object],
+    *,
+    first_read_counts_from: datetime | None,
 ) -> bool:
-    """Whether the kubelet renewed the Lease since the gate's first read of it, for a launch after a root volume
-    replacement (or on a node older than the launch: see _older_than_its_launch). Its node is the same object as before the reboot, still Ready for the node monitor's grace (40 s)
-    and its Lease renewed by the old kubelet until the reboot began, moments before the launch action started: a
-    replacement done within CLOCK_SKEW of the reboot (and an event time cut to the second) passed that Lease as
-    renewed since the launch began, and the launch was completed, the instance put back in service and the
-    refresh gone on to its next instance, before the rebooted kubelet ran. The reboot comes before the launch
-    action, so the gate's first read is of a Lease no live kubelet of the old boot can renew any more: only a
-    renewTime changed since that read (the kubelet's stamps compared with each other, for equality only) is the
-    rebooted kubelet's. It costs a renewal's wait (about 10 s) when the kubelet was back at that first read."""
+    """Whether the kubelet renewed the Lease since the gate's first read of it: a renewTime changed since that read
+    (the kubelet's stamps compared with each other, for equality only: a kubelet whose clock stepped back at boot
+    still counts). At the first read itself, a renewal at or after ``first_read_counts_from`` (less CLOCK_SKEW)
+    counts; None: none does.
+
+    - A launch the intake timed from its own clock, which may run behind (see _timed_by_intake): at the first read
+      only a renewal since both that start and this look (by the drain function's clock) counts, so a Lease last
+      renewed before a warm-pool stop passes only if both functions' clocks run behind (a live kubelet's last
+      renewal may miss it by up to a renewal, which only costs that wait).
+    - A launch after a root volume replacement (or on a node older than the launch: see _older_than_its_launch):
+      its node is the same object as before the reboot, still Ready for the node monitor's grace (40 s) and its
+      Lease renewed by the old kubelet until the reboot began, moments before the launch action started: a
+      replacement done within CLOCK_SKEW of the reboot (and an event time cut to the second) passed that Lease as
+      renewed since the launch began, and the launch was completed, the instance put back in service and the
+      refresh gone on to its next instance, before the rebooted kubelet ran. The reboot comes before the launch
+      action, so the gate's first read is of a Lease no live kubelet of the old boot can renew any more: only a
+      renewTime changed since that read is the rebooted kubelet's. It costs a renewal's wait (about 10 s) when the
+      kubelet was back at that first read."""
     stamp = renewed.isoformat() if renewed is not None else NO_LEASE
     seen = record.extra.get(LEASE_SEEN)
     if seen is None:
         extra[LEASE_SEEN] = stamp
-        return False
+        return (
+            first_read_counts_from is not None
+            and renewed is not None
+            and renewed >= first_read_counts_from - CLOCK_SKEW
+        )
     return renewed is not None and stamp != seen
 
 
