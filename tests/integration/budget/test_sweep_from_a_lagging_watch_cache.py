@@ -4,7 +4,7 @@ behind etcd (by milliseconds, or seconds under load or while its watch re-lists;
 concepts' resourceVersion semantics). A node registered moments before its instance's drain took a slot (a Spot
 interruption, a scale-in right after a scale-out) may be missing from that list: judged gone, its slot was freed
 while its drain evicted, and the next node granted it (invariant 1). Judged by the record's index, the sweep reads
-each lifecycle again, consistently, before it removes anything (sweeper.lifecycle_over): its nodes, likewise. The
+each lifecycle again, consistently, before it removes anything (shared_owner.lifecycle_over): its nodes, likewise. The
 sandbox's lagging_watch_cache holds the nodes' cache at its state before the node registered."""
 
 from __future__ import annotations

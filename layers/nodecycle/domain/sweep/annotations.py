@@ -10,9 +10,9 @@ from nodecycle.domain.model import LifecycleRecord
 from nodecycle.domain.ports.cluster import Claim, NodeInfo, OwnedNodes
 from nodecycle.domain.ports.lifecycle import RecordStore
 from nodecycle.domain.ports.runtime import Metrics
-from nodecycle.domain.sweep.shared_owner import Foreign, OtherStacks
+from nodecycle.domain.sweep.shared_owner import Foreign, OtherStacks, lifecycle_over
 from nodecycle.domain.sweep.sweep_time import SweepTime
-from nodecycle.domain.sweep.sweeper import Counts, SweepFailed, listed_or_none, record_over
+from nodecycle.domain.sweep.sweeper import Counts, SweepFailed, listed_or_none
 
 log = logging.getLogger(__name__)
 
@@ -75,14 +75,15 @@ class LeftoverAnnotations:
         if lifecycle is not None:
             if lifecycle in open_ids:
                 return False
-            record = self._records.get(lifecycle)
             # (the instance the annotation names: the sweep lists the nodes' metadata, without their providerID)
             instance = str(node.progress().get("instance") or node.instance_id or "") or None
-            group = self._others.group_of(instance) if record is None and self._others else None
-            if group is not None:
-                foreign[lifecycle] = Foreign(lifecycle, instance or "", group, node.name)
+            over = lifecycle_over(
+                self._records, lifecycle, others=self._others, instance_id=instance, node=node.name
+            )
+            if isinstance(over, Foreign):
+                foreign[lifecycle] = over
                 return False
-            if not record_over(record):
+            if not over:
                 return False
         if self._cluster.release_node(node) is not Claim.CLAIMED:
             return False  # changed since the listing (the next sweep judges it again), or gone

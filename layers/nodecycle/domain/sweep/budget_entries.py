@@ -12,9 +12,9 @@ from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.model import LifecycleRecord
 from nodecycle.domain.ports.budget import SweepableBudget
 from nodecycle.domain.ports.lifecycle import RecordStore
-from nodecycle.domain.sweep.shared_owner import Foreign, OtherStacks
+from nodecycle.domain.sweep.shared_owner import Foreign, OtherStacks, lifecycle_over
 from nodecycle.domain.sweep.sweep_time import SweepTime
-from nodecycle.domain.sweep.sweeper import Counts, SweepFailed, listed_or_none, record_over
+from nodecycle.domain.sweep.sweeper import Counts, SweepFailed, listed_or_none
 
 log = logging.getLogger(__name__)
 
@@ -166,12 +166,18 @@ class StaleBudgetEntries:
         record DynamoDB will not read (throttled past the client's retries) keeps its entry, which may be live, and
         must not keep the others from the sweep: noted in ``unread``, and the part fails once the budget is swept."""
         try:
-            record = self._records.get(entry.record_id)
-            group = self._others.group_of(entry.instance_id) if record is None and self._others else None
-            if group is not None:
-                foreign[entry.record_id] = Foreign(entry.record_id, entry.instance_id, group, entry.node)
+            over = lifecycle_over(
+                self._records,
+                entry.record_id,
+                entry.token,
+                others=self._others,
+                instance_id=entry.instance_id,
+                node=entry.node,
+            )
+            if isinstance(over, Foreign):
+                foreign[entry.record_id] = over
                 return False
-            return record_over(record, entry.token)
+            return over
         except Exception:
             log.exception(
                 "could not read lifecycle %s of the budget entry of %s: kept", entry.record_id, entry.node

@@ -17,8 +17,8 @@ from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from nodecycle.domain.ports.instances import up
-from nodecycle.domain.ports.lifecycle import Membership
-from nodecycle.domain.sweep.sweeper import SweepFailed
+from nodecycle.domain.ports.lifecycle import Membership, RecordStore
+from nodecycle.domain.sweep.sweeper import SweepFailed, record_over
 
 
 @dataclass(frozen=True)
@@ -66,3 +66,26 @@ class OtherStacks:
             f"missing from this stack's records, of groups it does not manage, left alone: {named}. Give each stack "
             "its own OwnerId (nodecycle doctor --stack STACK names the stacks that share it)"
         )
+
+
+def lifecycle_over(
+    records: RecordStore,
+    record_id: str,
+    token: str | None = None,
+    *,
+    others: OtherStacks | None = None,
+    instance_id: str | None = None,
+    node: str = "",
+) -> bool | Foreign:
+    """Whether a lifecycle missing from the sweep's list of open ones is really over; or, its record missing and its
+    instance alive in a group of another stack's (``others``: see OtherStacks), where that stack's lifecycle is
+    (it shares this owner id: left alone). The list is a snapshot from an index that lags: a lifecycle that started
+    since, or that the index has not caught up with, is read again, consistently, before anything of it is removed.
+    With ``token``, the lifecycle under that token: a record that started over under another (a disruption's record)
+    is a lifecycle of its own."""
+    record = records.get(record_id)
+    if record is None and others is not None:
+        group = others.group_of(instance_id)
+        if group is not None:
+            return Foreign(record_id, instance_id or "", group, node)
+    return record_over(record, token)

@@ -241,8 +241,8 @@ def found_over(open_records: Sequence[LifecycleRecord], record_id: str) -> None:
 
 
 def listed_or_none(open_records: Sequence[LifecycleRecord], part: str) -> Sequence[LifecycleRecord]:
-    """The open lifecycles, for a part that reads a lifecycle's record (:func:`lifecycle_over`) before it removes
-    anything of it and needs the list only to spare those reads; none when DynamoDB will not list them (its
+    """The open lifecycles, for a part that reads a lifecycle's record (:func:`.shared_owner.lifecycle_over`) before
+    it removes anything of it and needs the list only to spare those reads; none when DynamoDB will not list them (its
     Query denied, a key disabled, throttled past the client's retries), logged. The part then reads the record
     of each entry or node it judges: a GetItem may answer where the index's Query does not (a policy names the
     index apart), and what is over is freed rather than kept, sweep after sweep, for want of the list. The
@@ -254,14 +254,7 @@ def listed_or_none(open_records: Sequence[LifecycleRecord], part: str) -> Sequen
         return []
 
 
-def lifecycle_over(records: RecordStore, record_id: str, token: str | None = None) -> bool:
-    """Whether a lifecycle missing from the sweep's list of open ones is really over. The list is a snapshot
-    from an index that lags: a lifecycle that started since, or that the index has not caught up with, is
-    read again, consistently, before anything of it is removed. With ``token``, the lifecycle under that token:
-    a record that started over under another (a disruption's record) is a lifecycle of its own."""
-    return record_over(records.get(record_id), token)
-
-
 def record_over(record: LifecycleRecord | None, token: str | None = None) -> bool:
-    """Whether a lifecycle whose record reads ``record`` (None: missing) is over (see :func:`lifecycle_over`)."""
+    """Whether a lifecycle whose record reads ``record`` (None: missing) is over (see
+    :func:`.shared_owner.lifecycle_over`)."""
     return record is None or record.finished or (token is not None and record.token != token)
