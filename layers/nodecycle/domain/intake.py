@@ -31,7 +31,7 @@ from nodecycle.domain.model import (
     parse_record_id,
     record_id,
 )
-from nodecycle.domain.policy import PlanPolicy, maintenance_look
+from nodecycle.domain.policy import PlanPolicy, maintenance_next_run
 from nodecycle.domain.ports.instances import (
     DOWN_STATES,
     GONE_STATES,
@@ -1062,8 +1062,7 @@ class Intake:
         """When the lifecycle of maintenance starting at ``starts`` first runs: when its drain is due (a lead time
         before it, or now), or sooner, to look at EC2's listing of it by then (see policy.MAINTENANCE_LOOK: a
         customer may move it earlier, and no Health event tells of that); its first ask waits on until then."""
-        lead = self._plan.maintenance_lead
-        return max(now, min(starts - lead, now + maintenance_look(lead)))
+        return maintenance_next_run(starts, self._plan.maintenance_lead, now)
 
     def _rescheduled(
         self, known: LifecycleRecord, record: LifecycleRecord, now: datetime, listed: tuple[datetime, ...]

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import re
 from dataclasses import dataclass
-from datetime import timedelta
+from datetime import datetime, timedelta
 from enum import StrEnum
 
 from pydantic import BaseModel, ConfigDict, Field
@@ -127,6 +127,12 @@ def maintenance_look(lead: timedelta) -> timedelta:
     """How long a maintenance's lifecycle drained ``lead`` before its start waits, at most, between two looks at
     EC2's listing of it before its drain is due (see MAINTENANCE_LOOK)."""
     return max(MAINTENANCE_LOOK_LEAST, min(MAINTENANCE_LOOK, lead))
+
+
+def maintenance_next_run(starts: datetime, lead: timedelta, now: datetime) -> datetime:
+    """When a maintenance's lifecycle starting at ``starts`` and drained ``lead`` before it runs next: when its drain
+    is due (now, when that has passed), or sooner, to look at EC2's listing of it (see maintenance_look)."""
+    return max(now, min(starts - lead, now + maintenance_look(lead)))
 
 
 @dataclass(frozen=True)

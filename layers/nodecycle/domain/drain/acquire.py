@@ -43,7 +43,7 @@ from nodecycle.domain.model import (
     record_id,
 )
 from nodecycle.domain.nodes import NODE_NAME, PRIVATE_DNS, NodeFinder
-from nodecycle.domain.policy import DrainPolicy, maintenance_look
+from nodecycle.domain.policy import DrainPolicy, maintenance_look, maintenance_next_run
 from nodecycle.domain.ports.budget import Slots
 from nodecycle.domain.ports.cluster import Cluster, Events, Refused
 from nodecycle.domain.ports.instances import ScheduledEvents
@@ -431,8 +431,7 @@ class AcquireSlot:
         """A maintenance's lifecycle, timed by its start ``starts`` as EC2 lists it, waits for its drain's due time (a
         lead time before that start), looking at EC2 again meanwhile (see policy.MAINTENANCE_LOOK); a start moved
         earlier into the lead time runs its first ask again at once, under the new start."""
-        lead = self._policy.maintenance_lead
-        wait = min(max(now, starts - lead) - now, maintenance_look(lead))
+        wait = maintenance_next_run(starts, self._policy.maintenance_lead, now) - now
         if starts != record.global_deadline:
             changes = {**changes, "global_deadline": starts, "heartbeat_deadline": starts}
         return Outcome.wait(wait.total_seconds(), **changes)
