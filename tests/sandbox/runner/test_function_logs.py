@@ -34,12 +34,22 @@ Resources:
 # two invocations print theirs at once, 900 KB each (before the fix: lines broken by the other container's within
 # this many, whether Python's stdout was unbuffered or block-buffered).
 LINES = 3000
-HANDLER = f"""
+# Each invocation first waits (up to 8 s, within the function's 10 s timeout) until the other has begun, at the
+# barrier directory: a container busy with one message cannot take the other, so the two are handled by two
+# containers at once, whichever order the queue's poller receives them in (without it, one container could take both
+# in turn when the first ended before the second was received, and the test would show no interleaving).
+HANDLER = """
 import json, os, time
-LINES = {LINES}
+from pathlib import Path
+LINES = {lines}
+BARRIER = Path({barrier!r})
 
 def handler(event, context):
     body = event["Records"][0]["body"]
+    (BARRIER / body).touch()
+    waited = time.monotonic() + 8
+    while len(list(BARRIER.iterdir())) < 2 and time.monotonic() < waited:
+        time.sleep(0.05)
     for n in range(LINES):
         print(json.dumps({{"body": body, "n": n, "pid": os.getpid(), "pad": "x" * 250}}))
     return {{"pid": os.getpid()}}
@@ -50,7 +60,10 @@ def test_each_printed_line_is_in_the_log_whole_once_its_invocation_returns(
     make_runner: MakeRunner, tmp_path: Path
 ) -> None:
     # Given a function of two containers at once, logging to one file
-    runner = make_runner(TEMPLATE, {"worker": HANDLER}, mode="process", log_dir=tmp_path / "logs")
+    barrier = tmp_path / "begun"
+    barrier.mkdir()
+    handler = HANDLER.format(lines=LINES, barrier=str(barrier))
+    runner = make_runner(TEMPLATE, {"worker": handler}, mode="process", log_dir=tmp_path / "logs")
 
     # When two messages are handled at the same time, in two containers
     for body in ("a", "b"):
