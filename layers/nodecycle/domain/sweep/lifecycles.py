@@ -336,13 +336,21 @@ class LifecycleRepair:
 
     def _urgency(self, record: LifecycleRecord) -> tuple[bool, datetime]:
         """The order of the repairs: the open actions first, the one Auto Scaling would end soonest (its
-        heartbeat deadline, or the point where it is settled) first; then the rest by due time. A sweep that
+        heartbeat deadline, or its global timeout) first; then the rest by due time. A sweep that
         runs out of time (a Lambda timeout under throttling) has then spent it on the actions that could not
         wait, and the ones it did not reach are the most urgent of the next sweep: in the index's order (due
         time, which a heartbeat does not change) the same ones came first at every sweep, and an action
-        further down timed out though every sweep ran."""
+        further down timed out though every sweep ran.
+
+        By the global timeout itself, not the settlement point (``settle_before``, 420 s before it by default): taken
+        against a heartbeat deadline, that point put every action at its last chance ahead of every heartbeat due,
+        though the settlement had minutes more than the heartbeat. With many actions at their last chance at once,
+        each completion throttled and retried for seconds (a stalled instance refresh), a stalled action hours from its
+        global timeout, whose heartbeat deadline came 150 s into the sweep, waited behind twenty settlements due 400 s
+        in, and lapsed, undrained (invariant 11; tests/unit/sweeper/test_last_chances_under_throttling.py). Earliest
+        deadline first, both the deadlines Auto Scaling ends an action at, serves each call by the deadline it keeps."""
         if record.action_open:
-            return False, min(record.heartbeat_deadline, record.global_deadline - self._settle_before)
+            return False, min(record.heartbeat_deadline, record.global_deadline)
         return True, record.due_at
 
     def _as_it_is(

@@ -1,0 +1,142 @@
+"""Many actions at their last chance at once while Auto Scaling throttles (a stalled instance refresh): the order in
+which a sweep serves them and the other open actions, in the sweep's own order (``domain/sweep/order.py``), with the
+real ``Timing`` and a fake clock.
+
+Auto Scaling throttles CompleteLifecycleAction and RecordLifecycleActionHeartbeat per account and region ("Rate
+exceeded", ``Throttling``); botocore's standard retry mode backs each throttled call off, ``rand x 2^(attempt - 1)``
+seconds up to 20 s, over its five attempts: a settlement takes seconds, and a sweep serves only so many. An action
+lapses at the earlier of its heartbeat deadline and its global timeout, whichever part of the sweep it waits in: the
+sweep serves the one Auto Scaling would end soonest first (earliest deadline first), so that none lapses while one
+with more time was served before it."""
+
+from __future__ import annotations
+
+import contextlib
+from collections.abc import Sequence
+from datetime import datetime, timedelta
+
+from nodecycle.domain.model import ActionRef, LifecycleRecord, Step, global_deadline
+from nodecycle.domain.policy import ActionResult
+from nodecycle.domain.sweep.order import sweep_parts
+from nodecycle.domain.sweep.sweep_time import SHARES, SweepTime
+from nodecycle.domain.sweep.sweeper import Counts, Sweeper, SweepFailed, SweepPart
+from nodecycle.settings import Timing
+from tests.support.fakes import T0
+from tests.unit.foundation.test_engine import PLAN, kept_alive, make_record
+from tests.unit.sweeper.test_last_sweep_within_the_schedule_minute import repair_as_configured
+from tests.unit.sweeper.test_sweeper import Repair
+
+SWEEPER_TIMEOUT = 300.0  # the SweeperFunction's Timeout
+HOOK = 600  # the hooks' heartbeat timeout (s)
+
+
+def stalled(repair: Repair, n: int, started: datetime, renewed: datetime) -> LifecycleRecord:
+    """Stalled lifecycle ``n`` (a drain at its eviction, its message lost) whose action started at ``started`` and was
+    last heartbeated at ``renewed``."""
+    token, instance = f"t{n}", f"i-{n:017x}"
+    repair.autoscaling.issue(token, instance, at=started)
+    record = make_record(
+        PLAN,
+        Step.EVICT,
+        id=f"{instance}/terminate/{token}",
+        instance_id=instance,
+        token=token,
+        node=f"n{n}",
+        seq=4,
+        received_at=started,
+        started_at=started,
+        updated_at=started,
+        due_at=started + timedelta(minutes=1),
+        verified_at=started,
+        heartbeat_timeout=HOOK,
+        global_deadline=global_deadline(started, HOOK),
+    )
+    record = kept_alive(repair.autoscaling, record, renewed)
+    assert repair.records.create(record)
+    return record
+
+
+def sweeper(repair: Repair, orphans_take: float) -> Sweeper:
+    """The sweep's parts in their order: the orphans' keep-alive taking ``orphans_take`` seconds (a backlog of held
+    instances), the lifecycles' repair as configured, the others doing nothing."""
+
+    def keep_alive(open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
+        list(open_records)
+        repair.clock.advance(orphans_take)
+        return {"LifecyclesOrphaned": 0}
+
+    def idle(open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
+        return {}
+
+    parts: dict[str, SweepPart] = sweep_parts(
+        keep_alive=keep_alive, repair=repair.part(), adopt=idle, cluster={}, addresses=idle
+    )
+    return Sweeper(
+        owner="stack-a",
+        records=repair.records,
+        clock=repair.clock,
+        metrics=repair.metrics,
+        parts=parts,
+        shares=SHARES,
+    )
+
+
+def throttled(repair: Repair, seconds: float) -> list[tuple[str, datetime]]:
+    """Every completion and heartbeat takes ``seconds`` (throttled, retried by botocore); the calls that landed, each
+    with its token and the time it landed."""
+    landed: list[tuple[str, datetime]] = []
+    complete, heartbeat = repair.autoscaling.complete, repair.autoscaling.heartbeat
+
+    def completing(action: ActionRef, result: ActionResult) -> bool:
+        repair.clock.advance(seconds)
+        done = complete(action, result)
+        if done:
+            landed.append((action.token, repair.clock.now()))
+        return done
+
+    def beating(action: ActionRef) -> bool:
+        repair.clock.advance(seconds)
+        done = heartbeat(action)
+        if done:
+            landed.append((action.token, repair.clock.now()))
+        return done
+
+    repair.autoscaling.complete = completing  # type: ignore[method-assign]
+    repair.autoscaling.heartbeat = beating  # type: ignore[method-assign]
+    return landed
+
+
+def test_a_heartbeat_due_soon_is_not_left_to_lapse_behind_settlements_with_more_time() -> None:
+    # Given the defaults (settled 420 s before the global timeout) and, when a throttled sweep starts, twenty stalled
+    # lifecycles at their last chance, 400 s before their global timeout, and one stalled lifecycle hours from its
+    # own whose heartbeat deadline comes in 200 s (the sweep before ran out of time before it); every completion and
+    # heartbeat takes 10 s, and the orphans' keep-alive 60 s
+    repair = repair_as_configured(Timing())
+    repair.autoscaling.action_timeout = HOOK
+    start = global_deadline(T0, HOOK) - timedelta(seconds=400)
+    repair.clock.current = start
+    at_their_last_chance = [stalled(repair, n, T0, start - timedelta(seconds=100)) for n in range(20)]
+    beat_soon = stalled(repair, 99, start - timedelta(hours=1), start - timedelta(seconds=HOOK - 200))
+    assert beat_soon.heartbeat_deadline == start + timedelta(seconds=200)
+    landed = throttled(repair, 10)
+
+    # When the sweep runs within its 300 s
+    with contextlib.suppress(SweepFailed):
+        sweeper(repair, orphans_take=60).sweep(
+            lambda: SWEEPER_TIMEOUT - (repair.clock.now() - start).total_seconds()
+        )
+
+    # Then that action was heartbeated before its deadline, though the settlements of actions with more time (their
+    # global timeouts 200 s after its heartbeat deadline) were left for it (before: they came first, and it lapsed,
+    # undrained, hours before its global timeout: invariant 11)
+    assert repair.autoscaling.expires_at(beat_soon.token) > beat_soon.heartbeat_deadline
+    # and the sweep served the calls in the order of the deadlines they kept: none after one of a later deadline
+    deadlines = {record.token: record.global_deadline for record in at_their_last_chance}
+    deadlines[beat_soon.token] = beat_soon.heartbeat_deadline
+    served = [deadlines[token] for token, _ in landed]
+    first = (
+        10  # (the first part's settlements, before the orphans: no cluster parts to hold time back for here)
+    )
+    assert served[:first] == [deadlines["t0"]] * first
+    assert served[first:] == sorted(served[first:])
+    assert all(when <= deadlines[token] for token, when in landed)
