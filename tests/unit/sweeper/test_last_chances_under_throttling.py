@@ -140,3 +140,53 @@ def test_a_heartbeat_due_soon_is_not_left_to_lapse_behind_settlements_with_more_
     assert served[:first] == [deadlines["t0"]] * first
     assert served[first:] == sorted(served[first:])
     assert all(when <= deadlines[token] for token, when in landed)
+
+
+def test_settlements_that_cannot_wait_for_the_orphans_part_are_not_left_behind_it() -> None:
+    # Given the defaults and thirty stalled lifecycles at their last chance when a throttled sweep starts, a batch of an
+    # instance refresh whose actions started together: their global timeout comes 140 s after the sweep starts, and
+    # every completion takes 3 s; the orphans' keep-alive has a backlog, each heartbeat of it taking 5 s
+    repair = repair_as_configured(Timing())
+    repair.autoscaling.action_timeout = HOOK
+    start = global_deadline(T0, HOOK) - timedelta(seconds=140)
+    repair.clock.current = start
+    batch = [stalled(repair, n, T0, start - timedelta(seconds=100)) for n in range(30)]
+    landed = throttled(repair, 3)
+    orphans_from: list[float] = []
+
+    def keep_alive(open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
+        orphans_from.append((repair.clock.now() - start).total_seconds())
+        while time.enough():
+            repair.clock.advance(5)
+        return {"LifecyclesOrphaned": 0}
+
+    def idle(open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
+        return {}
+
+    sweeps = Sweeper(
+        owner="stack-a",
+        records=repair.records,
+        clock=repair.clock,
+        metrics=repair.metrics,
+        parts=sweep_parts(
+            keep_alive=keep_alive,
+            repair=repair.part(),
+            adopt=idle,
+            cluster={"budget": idle, "annotations": idle},
+            addresses=idle,
+        ),
+        shares=SHARES,
+    )
+
+    # When the sweep runs within its 300 s
+    with contextlib.suppress(SweepFailed):
+        sweeps.sweep(lambda: SWEEPER_TIMEOUT - (repair.clock.now() - start).total_seconds())
+
+    # Then every one of them was settled before its global timeout (before: the first part stopped at its share, 65 s
+    # in, and the eight it had not reached waited behind the orphans' 60 s: four came after the global timeout, which
+    # ended them with the hook's default result, not the product's)
+    assert sorted(token for token, _ in landed) == sorted(record.token for record in batch)
+    assert all(when <= batch[0].global_deadline for _, when in landed)
+    # and the orphans' keep-alive still had time of its own after them
+    (began,) = orphans_from
+    assert began < 100

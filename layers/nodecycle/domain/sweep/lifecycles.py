@@ -145,7 +145,8 @@ class LifecycleRepair:
         the sweep, the last chance comes as the settlement point reckons it; the actions it does not call for are
         left to the lifecycles' part (``__call__``), which skips those reached here, and carries this part's counts
         into its own (the report's, and the metrics it counts once a sweep). What this part has no time for (a share
-        is held back for the orphans' keep-alive: its heartbeats are due at every sweep) is left to that part too."""
+        is held back for the orphans' keep-alive: its heartbeats are due at every sweep) is left to that part too, but
+        for the settlements that cannot wait for the orphans' part to end, made on its share (``_cannot_wait``)."""
         self._first = None
         first = _FirstPart(now)
         try:
@@ -204,7 +205,7 @@ class LifecycleRepair:
         ordered = sorted((self._as_hook_times(record) for record in listed), key=self._urgency)
         unreached = 0
         for reached, record in enumerate(ordered):
-            if not time.enough():
+            if not time.enough() and not (first is not None and self._cannot_wait(record, time)):
                 unreached = len(ordered) - reached  # the least urgent; the next sweep orders them again
                 break
             if first is not None:
@@ -276,6 +277,20 @@ class LifecycleRepair:
         if failed:
             raise SweepFailed(f"{failed} lifecycles could not be repaired (the others were)")
         return counts
+
+    def _cannot_wait(self, record: LifecycleRecord, time: SweepTime) -> bool:
+        """Whether the first part settles an action at its last chance past its own share of the sweep, on the orphans'
+        keep-alive's (``SweepTime.enough_before_the_next``): one whose deadline, less a completion's margin, comes
+        before that part may end (a backlog of held instances, each heartbeat throttled, uses its share to the end).
+        Left to the lifecycles' part, after it, a batch of a stalled instance refresh, their global timeouts 140 s
+        into a throttled sweep, had its last settlements made after that timeout: Auto Scaling ended them with the
+        hook's default result, not the product (invariant 2; tests/unit/sweeper/test_last_chances_under_throttling
+        .py). One that can wait is left to that part, and the orphans keep the rest of their share: taken in the
+        order of their deadlines, the first that can wait ends the part."""
+        if not time.enough_before_the_next():
+            return False
+        reached_by = self._clock.now() + timedelta(seconds=time.next_part_ends_within())
+        return min(record.heartbeat_deadline, record.global_deadline) - self._margin < reached_by
 
     def _at_last_chance(self, record: LifecycleRecord, now: datetime, late: timedelta) -> bool:
         """Whether the listed ``record`` calls for its settlement now (``_last_chance``, reckoned as the repair does:

@@ -30,6 +30,8 @@ LIFECYCLES_SHARE = timedelta(seconds=60)
 # Held back for the orphans' keep-alive from the settlements of the actions at their last chance, which come first
 # (see LifecycleRepair.last_chances): an orphan's heartbeat is due at every sweep, and many actions at their last
 # chance at once (a stalled instance refresh), each settlement throttled and retried, would otherwise take its time.
+# All but the settlements whose deadline comes before the orphans' part may end: those are made on this share (see
+# LifecycleRepair._cannot_wait), as they would otherwise come past their global timeout.
 ORPHANS_SHARE = timedelta(seconds=60)
 
 # The time held back for each part from the parts before it (the sweeper's part names). The parts after the
@@ -73,10 +75,13 @@ class SweepTime:
         held_back: timedelta = timedelta(),
         late: timedelta = timedelta(),
         end: SweepEnd | None = None,
+        next_share: timedelta = timedelta(),
     ) -> None:
         self._time_left = time_left
         self._reserve = reserve.total_seconds()
         self._held_back = held_back.total_seconds()
+        # (of ``held_back``, the share of the part right after this one: see ``enough_before_the_next``)
+        self._next_share = min(next_share.total_seconds(), self._held_back)
         self.late = late
         self._end = end if end is not None else SweepEnd()
 
@@ -102,6 +107,21 @@ class SweepTime:
         """Whether another item may be started: one that ends before the sweep's end, if a part set one."""
         left = self._time_left()  # (read once: one look at the invocation's clock per item)
         return left >= self._reserve + self._held_back and left - self._end.left_at_end >= self._reserve
+
+    def enough_before_the_next(self) -> bool:
+        """Whether an item that cannot wait for the part after this one may be started all the same, on that part's
+        share (``next_share``): one the next part would push past its deadline. The shares of the parts after that
+        one, the reserve and the sweep's end are kept."""
+        left = self._time_left()
+        after_next = self._held_back - self._next_share
+        return left >= self._reserve + after_next and left - self._end.left_at_end >= self._reserve
+
+    def next_part_ends_within(self) -> float:
+        """Seconds within which the part after this one ends at the latest, this one stopping now: it starts items
+        while the reserve and the shares after it are left, or until the sweep's end less the reserve, and its
+        last item's calls take up to the reserve."""
+        left = self._time_left()
+        return min(left - (self._held_back - self._next_share), left - self._end.left_at_end)
 
     def enough_to_finish(self) -> bool:
         """Whether the rest of an item begun may be done: what a write a part made leaves to do (the wake-ups

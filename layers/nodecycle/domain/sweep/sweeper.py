@@ -121,7 +121,12 @@ class Sweeper:
         end = SweepEnd()  # (the sweep's end, when a part sets one: every part after it keeps to it)
         for index, (name, part) in enumerate(self._parts.items()):
             later = sum((self._shares.get(after, timedelta()) for after in names[index + 1 :]), timedelta())
-            time = SweepTime(time_left, self._reserve, held_back=later, late=late, end=end)
+            next_share = (
+                self._shares.get(names[index + 1], timedelta()) if index + 1 < len(names) else timedelta()
+            )
+            time = SweepTime(
+                time_left, self._reserve, held_back=later, late=late, end=end, next_share=next_share
+            )
             try:
                 if not time.enough():
                     raise time.cut_short("not started")
