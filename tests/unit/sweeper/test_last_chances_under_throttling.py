@@ -15,6 +15,9 @@ import contextlib
 from collections.abc import Sequence
 from datetime import datetime, timedelta
 
+import pytest
+
+from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import ActionRef, LifecycleRecord, Step, global_deadline
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.sweep.order import sweep_parts
@@ -190,3 +193,47 @@ def test_settlements_that_cannot_wait_for_the_orphans_part_are_not_left_behind_i
     # and the orphans' keep-alive still had time of its own after them
     (began,) = orphans_from
     assert began < 100
+
+
+@pytest.mark.parametrize("orphans_take", [0.0, 60.0])
+def test_a_settlement_auto_scaling_throttled_past_the_retries_is_made_again_later_in_the_same_sweep(
+    orphans_take: float,
+) -> None:
+    # Given the defaults and a stalled lifecycle at its last chance, 300 s before its global timeout when the sweep
+    # starts (the next sweep comes after it), and Auto Scaling throttling its completion past botocore's retries once
+    # (15 s of backoff); the orphans' keep-alive takes ``orphans_take``
+    repair = repair_as_configured(Timing())
+    repair.autoscaling.action_timeout = HOOK
+    start = global_deadline(T0, HOOK) - timedelta(seconds=300)
+    repair.clock.current = start
+    record = stalled(repair, 1, T0, start - timedelta(seconds=100))
+    complete = repair.autoscaling.complete
+    throttled_once: list[ActionRef] = []
+
+    def completing(action: ActionRef, result: ActionResult) -> bool:
+        if not throttled_once:
+            throttled_once.append(action)
+            repair.clock.advance(15)
+            raise TransientError("CompleteLifecycleAction: Throttling: Rate exceeded")
+        return complete(action, result)
+
+    repair.autoscaling.complete = completing  # type: ignore[method-assign]
+
+    # When the sweep runs within its 300 s
+    with pytest.raises(SweepFailed):  # (the throttled call fails it all the same: its alarm)
+        sweeper(repair, orphans_take=orphans_take).sweep(
+            lambda: SWEEPER_TIMEOUT - (repair.clock.now() - start).total_seconds()
+        )
+
+    # Then the action was settled by this sweep all the same, before its global timeout (before: the first part's
+    # failed settlement was left to the engine's retry, which a stalled queue never runs, and to the next sweep, which
+    # came after the global timeout: Auto Scaling ended it with the hook's default result)
+    assert [action.token for action, _ in repair.autoscaling.completed] == [record.token]
+    settled = repair.records.get(record.id)
+    assert settled is not None
+    assert settled.outcome == "settled-by-sweeper"
+    assert settled.completed_at is not None
+    assert settled.completed_at < record.global_deadline
+    # counted once, as the alarms reckon: one action near its global timeout, one stalled
+    assert repair.metrics.counts["GlobalTimeoutsNear"] == 1
+    assert repair.metrics.counts["LifecyclesStalled"] == 1

@@ -132,6 +132,9 @@ class LifecycleRepair:
         self._look_failed = False
         # What the first part of the sweep (``last_chances``) did, for its lifecycles' part
         self._first: _FirstPart | None = None
+        # This sweep's settlements whose completion failed for a while (throttled past the client's retries): the
+        # lifecycle's id -> the seq of the claim the settlement left on it, None when it withdrew it (see ``_settle``)
+        self._unsettled: dict[str, int | None] = {}
 
     def last_chances(self, open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
         """The first part of a sweep: settle the open actions at their last chance, before any other part.
@@ -191,8 +194,11 @@ class LifecycleRepair:
         if after is None:
             self._look_failed = False
             self._hook_timeouts, self._hooks_failed = {}, False
+            self._unsettled = {}
         else:
             counts |= after.counts
+        # (the first part's settlements that failed for a while, judged again below: counted once a sweep all the same)
+        again = after.again if after is not None else set()
         failed_before = counts["RepairsFailed"]
         # (at most an interval: a sweep retried hours late would otherwise settle every stalled action at once)
         late = min(time.late, self._interval)
@@ -210,6 +216,7 @@ class LifecycleRepair:
                 break
             if first is not None:
                 first.reached.add(record.id)
+                self._unsettled.pop(record.id, None)
             # Each lifecycle at the time the sweep reaches it: the calls for the ones before may have taken
             # seconds (throttled, retried), and a start time would find a lost message "not yet overdue".
             now = max(now, self._clock.now())
@@ -245,7 +252,7 @@ class LifecycleRepair:
                         "settling" if last else "resuming",
                     )
                     kept, unkept = record, not last
-                counts["LifecyclesStalled"] += overdue
+                counts["LifecyclesStalled"] += overdue and record.id not in again
                 if kept is not None and (overdue or last):
                     for name in self._repair(kept, now, last, time, late):
                         counts[name] += 1
@@ -255,7 +262,14 @@ class LifecycleRepair:
                 log.exception("could not repair lifecycle %s", record.id)
                 counts["RepairsFailed"] += 1
             # (one lifecycle counts once, however many of its calls failed: its look, then its heartbeat)
-            counts["RepairsFailed"] = min(counts["RepairsFailed"], before + 1)
+            counts["RepairsFailed"] = min(counts["RepairsFailed"], before + (record.id not in again))
+            if first is not None and record.id in self._unsettled:
+                # Its completion failed for a while (throttled past the client's retries): judged again by the
+                # lifecycles' part, later in this sweep. Left to the engine's retry and the next sweep, an action at
+                # its last sweep lapsed when its queue was the one stalled: the next sweep came after its global
+                # timeout, and Auto Scaling ended it with the hook's default result (invariant 2).
+                first.reached.discard(record.id)
+                first.again.add(record.id)
         failed = counts["RepairsFailed"] - failed_before
         if first is not None:
             # (counted by the lifecycles' part with its own: once a sweep, as the alarms on them reckon)
@@ -696,7 +710,8 @@ class LifecycleRepair:
         # crashed after its claim, the next one on schedule came seconds before that claim's end). A second call is
         # the lesser harm.
         last_sweep = self._last_sweep(record, now, late + self._overrun(time))
-        if completion_in_progress(record, now, self._margin, held=not last_sweep):
+        own = self._unsettled.get(record.id, -1) == record.seq  # (this sweep's own claim, its call failed)
+        if not own and completion_in_progress(record, now, self._margin, held=not last_sweep):
             # A completer (the engine's completion, the guard's) claimed it and is calling Auto Scaling: taken
             # over, its call that landed would answer this one's "no active lifecycle action". One killed after
             # its claim (its invocation over) is taken over by the next sweep (see ``claimed_for_completion``).
@@ -776,6 +791,10 @@ class LifecycleRepair:
                 # A call that did not land (refused, or never made: what it asks first failed): its claim is not one
                 # the engine's completion may take for a completion of ours (see ``claimed_for_completion``)
                 settling = self._claim_withdrawn(settling)
+            if isinstance(error, TransientError) and not isinstance(error, AccessRefused):
+                # (tried again later in this sweep: its claim, this sweep's, is taken over by that try, which knows
+                # its call failed, and its "no active lifecycle action" taken for a call of this one that landed)
+                self._unsettled[record.id] = settling.seq
             self._dispatcher.send(settling, now)
             raise
         settled = claim_recorded(advance(settling, completed, now))
@@ -794,6 +813,8 @@ class _FirstPart:
 
     sweep: datetime  # the sweep's start, as its parts are told it
     reached: set[str] = field(default_factory=set)
+    # those it reached whose settlement failed for a while: the lifecycles' part judges them again, counted once
+    again: set[str] = field(default_factory=set)
     counts: Counts = field(default_factory=dict)
 
 
