@@ -149,7 +149,13 @@ class LifecycleRepair:
         left to the lifecycles' part (``__call__``), which skips those reached here, and carries this part's counts
         into its own (the report's, and the metrics it counts once a sweep). What this part has no time for (a share
         is held back for the orphans' keep-alive: its heartbeats are due at every sweep) is left to that part too, but
-        for the settlements that cannot wait for the orphans' part to end, made on its share (``_cannot_wait``)."""
+        for the settlements that cannot wait for the orphans' part to end, made on its share (``_cannot_wait``).
+
+        The open actions whose heartbeat deadline comes before the orphans' part may end are kept alive here too, in
+        the order of their deadlines with the settlements: after this part and the orphans' (a backlog, each call
+        throttled: two minutes and more), the lifecycles' part came after the heartbeat deadline of an action the
+        sweep before had not reached, and Auto Scaling ended it, undrained, hours before its global timeout
+        (invariant 11; tests/unit/sweeper/test_last_chances_under_throttling.py)."""
         self._first = None
         first = _FirstPart(now)
         try:
@@ -205,7 +211,12 @@ class LifecycleRepair:
         listed = list(open_records)
         if first is not None:
             at = max(now, self._clock.now())
-            listed = [record for record in listed if self._at_last_chance(record, at, late)]
+            listed = [
+                record
+                for record in listed
+                if self._at_last_chance(record, at, late)
+                or self._cannot_wait(self._as_hook_times(record), time)
+            ]
         elif after is not None:
             listed = [record for record in listed if record.id not in after.reached]
         ordered = sorted((self._as_hook_times(record) for record in listed), key=self._urgency)
@@ -276,7 +287,8 @@ class LifecycleRepair:
             first.counts = counts
             if unreached:
                 log.warning(
-                    "%d lifecycles at their last chance left to the lifecycles' part: no time", unreached
+                    "%d lifecycles at their last chance, or due a heartbeat, left to the lifecycles' part: no time",
+                    unreached,
                 )
             if failed:
                 raise SweepFailed(
@@ -293,15 +305,15 @@ class LifecycleRepair:
         return counts
 
     def _cannot_wait(self, record: LifecycleRecord, time: SweepTime) -> bool:
-        """Whether the first part settles an action at its last chance past its own share of the sweep, on the orphans'
-        keep-alive's (``SweepTime.enough_before_the_next``): one whose deadline, less a completion's margin, comes
-        before that part may end (a backlog of held instances, each heartbeat throttled, uses its share to the end).
-        Left to the lifecycles' part, after it, a batch of a stalled instance refresh, their global timeouts 140 s
+        """Whether the first part takes an open action (``last_chances``), and past its own share of the sweep, on the
+        orphans' keep-alive's (``SweepTime.enough_before_the_next``): one whose deadline (its heartbeat's, or its global
+        timeout), less a completion's margin, comes before that part may end (a backlog of held instances, each
+        heartbeat throttled, uses its share to the end). Left to the lifecycles' part, after it, a batch of a stalled instance refresh, their global timeouts 140 s
         into a throttled sweep, had its last settlements made after that timeout: Auto Scaling ended them with the
         hook's default result, not the product (invariant 2; tests/unit/sweeper/test_last_chances_under_throttling
         .py). One that can wait is left to that part, and the orphans keep the rest of their share: taken in the
         order of their deadlines, the first that can wait ends the part."""
-        if not time.enough_before_the_next():
+        if not record.action_open or not time.enough_before_the_next():
             return False
         reached_by = self._clock.now() + timedelta(seconds=time.next_part_ends_within())
         return min(record.heartbeat_deadline, record.global_deadline) - self._margin < reached_by
