@@ -93,9 +93,14 @@ def test_a_drain_completed_with_pods_left_is_a_violation_unless_its_outcome_says
         _pod(T0 + 11, "web-1", removed=True),
     ]
 
-    # Then "drained" is judged wrong, and "drain-timeout-continued" explains it
+    # Then "drained" is judged wrong, and "drain-timeout-continued" explains it, once the drain timeout (20 s from
+    # the cordon) is over
     assert "drain" in _judged(_observation(history))
-    assert "drain" not in _judged(_observation(history, outcomes={"tok": "drain-timeout-continued"}))
+    timed_out = [*history[:2], _pod(T0 + 24, "web-1", removed=True)]
+    continued = _observation(
+        timed_out, actions=[_terminate(T0 + 23)], outcomes={"tok": "drain-timeout-continued"}
+    )
+    assert "drain" not in _judged(continued)
     # ...and with the pod gone before completion, nothing is wrong
     emptied = [
         _pod(T0, "web-1"),
@@ -129,20 +134,20 @@ def test_a_pod_created_after_the_cordon_is_not_one_the_drain_answers_for_but_one
 def test_an_adopted_actions_drain_is_judged_by_the_outcome_of_the_lifecycle_the_sweeper_adopted() -> None:
     # Given an action whose event was lost: the sweeper adopted it, and the lifecycle it started (its record
     # named by instance and hook: no API tells the sweeper the action's token) ended by the drain timeout's
-    # policy, the pod still on the node when the action was completed
+    # policy (20 s from the cordon), the pod still on the node when the action was completed
     history = [
         _pod(T0, "web-1"),
         _node(T0 + 2, owner="chaos-a", cordoned=True),
-        _pod(T0 + 11, "web-1", removed=True),
+        _pod(T0 + 24, "web-1", removed=True),
     ]
     items = {"i-1/terminate/adopted:nodecycle-terminate": {"outcome": {"S": "drain-timeout-continued"}}}
 
     # When the campaign reads the outcomes of the actions' lifecycles
-    outcomes = {"tok": lifecycle_outcome(items.get, _terminate(T0 + 10))}
+    outcomes = {"tok": lifecycle_outcome(items.get, _terminate(T0 + 23))}
 
     # Then the adopted lifecycle's is the action's, and it explains the pod left, as its event's would have
     assert outcomes == {"tok": "drain-timeout-continued"}
-    assert "drain" not in _judged(_observation(history, outcomes=outcomes))
+    assert "drain" not in _judged(_observation(history, actions=[_terminate(T0 + 23)], outcomes=outcomes))
 
 
 def test_another_owners_annotation_or_a_claim_cleared_mid_drain_is_a_violation() -> None:
@@ -304,3 +309,30 @@ def test_a_budget_slot_held_for_one_owners_node_under_another_owners_id_is_a_vio
     # Then held under chaos-b's id it breaks invariant 3; under its own owner's, nothing
     assert "ownership" in judged("chaos-b")
     assert "ownership" not in judged("chaos-a")
+
+
+def test_a_drain_completed_as_timed_out_before_its_timeout_is_a_violation() -> None:
+    # Given a node cordoned at 2 s (its drain timeout, 20 s, over at 22 s) whose pod is still there when its
+    # action completes, the lifecycle's outcome saying the drain timed out
+    history = [
+        _pod(T0, "web-1"),
+        _node(T0 + 2, owner="chaos-a", cordoned=True),
+        _pod(T0 + 40, "web-1", removed=True),
+    ]
+
+    def judged(finished: float, outcome: str) -> set[str]:
+        return _judged(_observation(history, actions=[_terminate(finished)], outcomes={"tok": outcome}))
+
+    # When it completed at 10 s: the outcome's timeout had not come, the drain was cut short (invariant 2: not
+    # completed before its drain finished or its drain timeout policy applied)
+    assert "drain" in judged(T0 + 10, "drain-timeout-forced-incomplete")
+    assert "drain" in judged(T0 + 10, "drain-timeout-unlisted")
+    # ...nor was the action's global timeout near, which the engine's guard completes it for
+    assert "drain" in judged(T0 + 10, "global-timeout-near")
+    # When it completed past the drain timeout (or the guard, past where the drain's deadline is capped): the
+    # policy applied, nothing is wrong
+    assert "drain" not in judged(T0 + 23, "drain-timeout-forced-incomplete")
+    assert "drain" not in judged(T0 + 23, "drain-timeout-unlisted")
+    assert "drain" not in judged(T0 + 1 + 180 - 30, "global-timeout-near")
+    # And an outcome that names a fact rather than a time (the node gone) is judged as before
+    assert "drain" not in judged(T0 + 10, "node-gone")

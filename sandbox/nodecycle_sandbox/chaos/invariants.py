@@ -43,7 +43,7 @@ from nodecycle_sandbox.kube.meta import condition, node_ready
 INVARIANTS = {
     "budget": "the budget is never exceeded, globally or in any zone (1)",
     "confirmed": "nothing is cordoned or evicted for a node whose instance's terminate action has not begun (8)",
-    "drain": "no terminate action is completed while its node still has evictable pods, unless the outcome says why (2)",
+    "drain": "no terminate action is completed while its node still has evictable pods, unless the outcome says why, and in time for what it says (2)",
     "global-timeout": "every accepted action is completed by nodecycle before its global timeout (2, 11)",
     "ownership": "no owner touches another's node or budget entry (3)",
     "addresses": "no address leaked (one AWS locked: once unlocked), stolen, released while in use, or two on one instance (4)",
@@ -53,6 +53,11 @@ INVARIANTS = {
 }
 # Outcomes that claim the node was emptied: with pods still on it, they are wrong.
 CLAIMS_DRAINED = frozenset({None, "completed", "drained", "drain-timeout-forced"})
+# Outcomes that say the drain's time ran out (its timeout policy applied: drain-timeout-continued, -unlisted,
+# -forced-incomplete, -reads-refused, -cordon-refused), and the engine's guard's near the global timeout: with
+# pods still on the node, right only once that time could have run out.
+TIMED_OUT = "drain-timeout-"
+GUARD_OUTCOME = "global-timeout-near"
 SLOT_MARGIN = 20.0  # seconds past drain timeout + force grace: two crashed-step redeliveries and a retry
 # What an injected delivery fault on one of a drain's own messages costs it, on top of the margin: a late
 # message its delay; a lost one until the sweeper resumes the lifecycle (a sweep interval, the resume grace,
@@ -174,7 +179,13 @@ def _confirmed(o: Observation) -> Iterator[Violation]:
 
 
 def _drain(o: Observation) -> Iterator[Violation]:
+    """A terminate action completed with pods still on its node is wrong unless its outcome says why; and an
+    outcome that says its time ran out (the drain's timeout, or the action's global timeout near) excuses only a
+    completion that came once that time could have run out: one before is a drain cut short (invariant 2: "not
+    completed before its drain finished or its drain timeout policy applied")."""
     nodes = o.nodes_of
+    forced_from: dict[str, float] | None = None
+    skew = max((abs(f.value or 0.0) for f in o.scenario.faults if f.kind == "clock-skew"), default=0.0)
     for action in o.actions:
         if action.transition != TERMINATING or action.outcome != "completed" or action.finished_at is None:
             continue
@@ -185,11 +196,31 @@ def _drain(o: Observation) -> Iterator[Violation]:
         if last_pod_gone(before, node) is not None:
             continue
         outcome = o.outcomes.get(action.token)
+        left = sorted(e.name for e in _pods_on_at(before, node))
         if outcome in CLAIMS_DRAINED:
-            left = sorted(e.name for e in _pods_on_at(before, node))
             yield Violation(
                 "drain",
                 f"{action.instance_id} ({node}) completed with outcome {outcome!r} while {len(left)} pods were "
+                f"still on it: {', '.join(left[:5])}",
+            )
+            continue
+        if outcome == GUARD_OUTCOME:
+            # (the engine's guard acts within its settle margin of the global timeout: never before the drain's
+            # deadline is capped, DRAIN_TAIL_LONGEST before it)
+            due = action.global_deadline - DRAIN_TAIL_LONGEST - skew
+        elif outcome is not None and outcome.startswith(TIMED_OUT):
+            if forced_from is None:
+                forced_from = _forced_from(o)
+            due = forced_from.get(
+                node, -float("inf")
+            )  # (a drain that never began: timed out waiting, judged by 2)
+        else:
+            continue
+        if action.finished_at < due - CLOCK_SLACK:
+            yield Violation(
+                "drain",
+                f"{action.instance_id} ({node}) completed with outcome {outcome!r} "
+                f"{due - action.finished_at:.1f}s before that time could run out, while {len(left)} pods were "
                 f"still on it: {', '.join(left[:5])}",
             )
 
