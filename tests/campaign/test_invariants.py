@@ -336,3 +336,32 @@ def test_a_drain_completed_as_timed_out_before_its_timeout_is_a_violation() -> N
     assert "drain" not in judged(T0 + 1 + 180 - 30, "global-timeout-near")
     # And an outcome that names a fact rather than a time (the node gone) is judged as before
     assert "drain" not in judged(T0 + 10, "node-gone")
+
+
+def test_an_address_taken_off_an_instance_in_service_is_a_violation_even_when_it_stays_allocated() -> None:
+    tags = {"nodecycle:owner": "chaos-a", "nodecycle:instance-id": "i-1"}
+    pool = {"nodecycle:owner": "chaos-b", "nodecycle:pool": "chaos-pool"}
+    instances = [
+        InstanceHistory("i-1", "g", "eu-west-1a", NODE, T0, T0, None, None),
+        InstanceHistory("i-2", "g", "eu-west-1b", "n2", T0, T0, T0 + 5, T0 + 6),
+    ]
+
+    def judged(*looks: AddressSeen) -> set[str]:
+        return _judged(_observation([], instances=instances, actions=[], addresses=list(looks)))
+
+    # Given an address disassociated from i-1 while it is in service (a sweeper that took it for gone), seen free,
+    # then released by a later sweep or given to another instance: it never showed a direct move nor a release
+    # from an instance in service
+    taken = [AddressSeen(T0 + 1, {"a-1": ("i-1", tags)}), AddressSeen(T0 + 2, {"a-1": (None, tags)})]
+    assert "addresses" in judged(*taken, AddressSeen(T0 + 3, {}))
+    assert "addresses" in judged(*taken, AddressSeen(T0 + 3, {"a-1": ("i-2", tags)}))
+    # ...and a pool's address taken off it, back in its pool
+    assert "addresses" in judged(
+        AddressSeen(T0 + 1, {"p-1": ("i-1", pool)}), AddressSeen(T0 + 2, {"p-1": (None, pool)})
+    )
+    # But taken off i-2 once its terminate began (its release step), nothing is wrong
+    off_terminating = [
+        AddressSeen(T0 + 4, {"p-1": ("i-2", pool)}),
+        AddressSeen(T0 + 5.5, {"p-1": (None, pool)}),
+    ]
+    assert judged(*off_terminating) == set()

@@ -353,6 +353,11 @@ def _ownership(o: Observation) -> Iterator[Violation]:
 
 
 def _addresses(o: Observation) -> Iterator[Violation]:
+    """Invariant 4, on EC2's addresses looked at every 0.5 s. An address leaves an instance in service by no
+    step of nodecycle's: the release step runs once its terminate began, the sweeper frees only gone instances'.
+    So one seen on such an instance and then anywhere else (on another, free, or released) was taken from it, in
+    one step or two (disassociated, then released or associated again between later looks: a sweeper that took
+    a live instance for gone)."""
     instances = {i.instance_id: i for i in o.instances}
 
     def in_service(instance: str | None, at: float) -> bool:
@@ -375,6 +380,13 @@ def _addresses(o: Observation) -> Iterator[Violation]:
         for allocation, (was, _tags) in previous.items():
             if allocation not in look.addresses and in_service(was, look.at):
                 yield Violation("addresses", f"{allocation} released while {was} was in service with it")
+            elif look.addresses.get(allocation, (was, {}))[0] is None and in_service(was, look.at):
+                key = f"taken {allocation}"
+                if key not in reported:
+                    reported.add(key)
+                    yield Violation(
+                        "addresses", f"{allocation} disassociated from {was} while it was in service"
+                    )
         for instance, allocations in holders.items():
             if len(allocations) > 1 and instance in instances and f"double {instance}" not in reported:
                 reported.add(f"double {instance}")
