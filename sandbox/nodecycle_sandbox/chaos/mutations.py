@@ -79,6 +79,13 @@ MUTATIONS = (
         kinds=("two-owners",),
     ),
     Mutation(
+        "sweeper-frees-live-addresses",
+        "the sweeper takes every associated address for a gone instance's: it disassociates those of live ones",
+        "nodecycle/domain/sweep/addresses.py",
+        "                _on_gone_instance(address, states) or self._left_on_an_interface(address, states, left, now)\n",
+        "                True  # MUTATION: every associated address taken for a gone instance's\n",
+    ),
+    Mutation(
         "confirm-skipped",
         "the engine takes every action it is told of for active: Auto Scaling is not asked",
         "nodecycle/adapters/aws/autoscaling.py",
