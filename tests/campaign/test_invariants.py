@@ -365,3 +365,32 @@ def test_an_address_taken_off_an_instance_in_service_is_a_violation_even_when_it
         AddressSeen(T0 + 5.5, {"p-1": (None, pool)}),
     ]
     assert judged(*off_terminating) == set()
+
+
+def test_a_slot_is_held_from_its_grant_even_when_its_node_is_never_cordoned() -> None:
+    # Given a node granted its slot at 3 s (the budget's document names it among the holders) whose cordon never
+    # lands (a webhook refusing every PATCH of it), its action completed at 62 s: the slot held 59 s, where the
+    # limit is 20 + 2 + 20 s
+    granted = [_budget_holding(T0 + 3, NODE)]
+    assert "slot-held" in _judged(_observation(granted, actions=[_terminate(T0 + 62)]))
+    # ...and one whose cordon came 30 s after its grant, its action completed 30 s after the cordon
+    late_cordon = [*granted, _node(T0 + 33, owner="chaos-a", cordoned=True)]
+    assert "slot-held" in _judged(_observation(late_cordon, actions=[_terminate(T0 + 63)]))
+    # But completed 27 s after its grant (the drain's timeout policy after a refused cordon), nothing is wrong
+    assert "slot-held" not in _judged(_observation(granted, actions=[_terminate(T0 + 30)]))
+    # nor is a grant for another node, or one before its action began (another lifecycle's)
+    elsewhere = [_budget_holding(T0 + 3, "other"), _budget_holding(T0 + 0.5, NODE)]
+    assert "slot-held" not in _judged(_observation(elsewhere, actions=[_terminate(T0 + 62)]))
+
+
+def test_a_wait_for_a_slot_again_before_the_cordon_is_not_counted_as_holding_one() -> None:
+    # Given a node granted at 3 s, its slot lost at 5 s (the budget's document without it: it waits again), granted
+    # again at 30 s and cordoned at 31 s, its action completed at 62 s: 32 s held since the grant its cordon went
+    # ahead on (design invariant 9: time waiting for a slot does not count against the drain)
+    history = [
+        _budget_holding(T0 + 3, NODE),
+        _budget_holding(T0 + 5),
+        _budget_holding(T0 + 30, NODE),
+        _node(T0 + 31, owner="chaos-a", cordoned=True),
+    ]
+    assert "slot-held" not in _judged(_observation(history, actions=[_terminate(T0 + 62)]))

@@ -586,6 +586,20 @@ def _holding(o: Observation) -> dict[str, list[float]]:
     return holding
 
 
+def _grants(o: Observation) -> dict[str, list[float]]:
+    """Node -> the moments the budget's document was written with the node among its holders where the write
+    before did not name it there: each grant of its slot."""
+    grants: dict[str, list[float]] = {}
+    holders: set[str] = set()
+    for entry in o.history:
+        if (doc := _budget_written(entry)) is not None:
+            now = {str(item.get("node")) for item in doc.get("holders", [])}
+            for node in sorted(now - holders):
+                grants.setdefault(node, []).append(entry.time)
+            holders = now
+    return grants
+
+
 def _budget_written(entry: HistoryEntry) -> dict[str, Any] | None:
     """The budget document ``entry`` wrote, when it is a write of the budget ConfigMap (None otherwise)."""
     if entry.kind != "ConfigMap" or (entry.namespace, entry.name) != BUDGET[:2] or entry.removed:
@@ -595,14 +609,18 @@ def _budget_written(entry: HistoryEntry) -> dict[str, Any] | None:
 
 
 def _slot_held(o: Observation) -> Iterator[Violation]:
-    """The drain's span: from the cordon until nodecycle first asks Auto Scaling to complete the action,
-    whether or not Auto Scaling refuses. Retries of a refused completion (AWS throttling for minutes) keep
-    the slot, rightly: the node stays cordoned until it goes. They are not the drain; invariants 2 and 11
-    judge them. (Not "until the pods are gone": a drain that failed to see them go would hide there.)"""
-    cordoned: dict[str, float] = {}
+    """The drain's span: from its slot's grant (the budget's document first naming its node among the holders
+    once its action began) or its cordon, whichever came first, until nodecycle first asks Auto Scaling to
+    complete the action, whether or not Auto Scaling refuses. Retries of a refused completion (AWS throttling for
+    minutes) keep the slot, rightly: the node stays cordoned until it goes. They are not the drain; invariants 2
+    and 11 judge them. (Not "until the pods are gone": a drain that failed to see them go would hide there.) A
+    slot granted to a node whose cordon never lands (every PATCH refused) or lands late is held all the same:
+    the other drains wait for it."""
+    first_cordon: dict[str, float] = {}
     for entry in o.history:
-        if entry.kind == "Node" and entry.unschedulable and entry.name not in cordoned:
-            cordoned[entry.name] = entry.time
+        if entry.kind == "Node" and entry.unschedulable and entry.name not in first_cordon:
+            first_cordon[entry.name] = entry.time
+    grants = _grants(o)
     asked: dict[str, float] = {}  # instance -> the first refused CompleteLifecycleAction naming it
     for firing in o.firings:
         operation, *instances = firing.detail.split()
@@ -617,23 +635,31 @@ def _slot_held(o: Observation) -> Iterator[Violation]:
     stalled = _stalled(o)
     for action in o.actions:
         node = nodes.get(action.instance_id)
-        if action.transition != TERMINATING or node not in cordoned or action.finished_at is None:
+        if action.transition != TERMINATING or node is None or action.finished_at is None:
+            continue
+        granted = [t for t in grants.get(node, ()) if t >= action.started_at - CLOCK_SLACK]
+        cordon = first_cordon.get(node)
+        if cordon is not None:
+            # (the grant its cordon went ahead on: a wait for a slot again, lost before the cordon, is no hold)
+            began = max((t for t in granted if t <= cordon), default=cordon)
+        elif granted:
+            began = granted[0]
+        else:
             continue
         ended = min(action.finished_at, asked.get(action.instance_id, action.finished_at))
-        held = ended - cordoned[node]
-        excused = sum(
-            cost for at, cost in held_up.get(action.instance_id, ()) if cordoned[node] <= at <= ended
-        )
-        if any(cordoned[node] <= at <= ended for at in deletes_failed.get(node, ())):
+        held = ended - began
+        excused = sum(cost for at, cost in held_up.get(action.instance_id, ()) if began <= at <= ended)
+        if any(began <= at <= ended for at in deletes_failed.get(node, ())):
             excused += FORCED_DELETE_SLACK
-        if any(cordoned[node] <= at <= ended for at in kills):
+        if any(began <= at <= ended for at in kills):
             excused += KILLED_COMPLETER_COST
         for begin, end in stalled.get(o.groups.get(action.group, ""), ()):
-            if begin <= ended and end >= cordoned[node]:
-                excused += min(end, ended) - max(begin, cordoned[node]) + OUTAGE_RECOVERY
+            if begin <= ended and end >= began:
+                excused += min(end, ended) - max(begin, began) + OUTAGE_RECOVERY
         if held > limit + excused:
             dead = " (its kubelet was lost)" if o.lost_kubelet and o.lost_kubelet[0] == node else ""
-            finished = action.finished_at - cordoned[node]
+            finished = action.finished_at - began
+            start = "cordon" if began == first_cordon.get(node) else "grant of its slot"
             late = (
                 f" + {excused:.0f}s its own messages, deletes or completer were held up by faults"
                 if excused
@@ -642,7 +668,7 @@ def _slot_held(o: Observation) -> Iterator[Violation]:
             yield Violation(
                 "slot-held",
                 f"{node}{dead} held its slot {held:.0f}s (limit {limit:.0f}s{late}); its action was completed "
-                f"{finished:.0f}s after the cordon",
+                f"{finished:.0f}s after the {start}",
             )
 
 
