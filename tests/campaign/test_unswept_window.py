@@ -59,3 +59,28 @@ def test_an_action_that_lapsed_with_a_sweeper_that_could_run_or_that_nodecycle_r
     # and so is one whose drain began (its own steps heartbeat it, whatever the sweeper does): its node claimed
     claimed = [_node(T0 + 2, owner="chaos-a")]
     assert "global-timeout" in _lapsed((4.3, 30.1), history=claimed)
+
+
+def _lapsed_later(detached: tuple[float, float]) -> set[str]:
+    """The verdict on a terminate begun at 1 s, heartbeat at 31 s, that Auto Scaling ended by its heartbeat timeout
+    at 61 s (its last window 31-61 s), with the sweeper's role detached from ``detached[0]`` to ``detached[1]``."""
+    action = replace(_terminate(T0 + 61, started=T0 + 1), outcome="heartbeat-timeout", result="CONTINUE")
+    start, stop = detached
+    faults = (Fault("f1", "iam-detached", "SweeperFunction", 1.0, start=start, stop=stop, limit=1),)
+    return _judged(
+        _observation(
+            [],
+            scenario=draw(1, 0, faults=False).with_faults(faults),
+            actions=[action],
+            firings=[Firing(start, "f1", "iam-detached", DETACHED)],
+            outcomes={"tok": "heartbeat-timeout"},
+        )
+    )
+
+
+def test_an_action_is_excused_by_an_outage_of_the_window_it_lapsed_in_not_by_an_earlier_one() -> None:
+    # Given a terminate kept alive past its first window (a heartbeat at 31 s) that lapsed at the end of its second
+    # When the sweeper could not run for its first window only: the window it lapsed in had a working sweeper
+    assert "global-timeout" in _lapsed_later((4.3, 30.1))
+    # When it could not run for the window it lapsed in: excused, as in its first
+    assert "global-timeout" not in _lapsed_later((31.5, 60.5))

@@ -263,8 +263,10 @@ def _global_timeout(o: Observation) -> Iterator[Violation]:
 
 
 def _unswept_window(o: Observation, action: ActionRecord) -> bool:
-    """Whether ``action``'s first heartbeat window passed with its stack's sweeper stalled (its role without its
-    policy) for all but less than a sweep interval of it, while nodecycle's own steps never began on it: a
+    """Whether the heartbeat window ``action`` lapsed in (its last, from its last heartbeat or its start to its
+    end: its first unless something kept it alive, and then a stall of an earlier window excuses nothing) passed
+    with its stack's sweeper stalled (its role without its policy) for all but less than a sweep interval of it,
+    while nodecycle's own steps never began on it: a
     terminate whose drain never touched its node nor asked the budget for it, a launch with no outcome of
     nodecycle's. The stacks' promise (README: a heartbeat timeout of at least a sweep interval plus the margin,
     "while a queue stalls only the sweeper heartbeats") stands on a sweeper that runs in each window: an action
@@ -273,7 +275,8 @@ def _unswept_window(o: Observation, action: ActionRecord) -> bool:
     adopt or resume it, and a sweeper refused every call for the whole window cannot, in AWS as here. An outage
     for the alarms (the sweeper's errors, the expired actions), not an interleaving the invariant can judge. An
     action whose steps did run heartbeats by them, whatever the sweeper does: judged as ever."""
-    deadline = action.started_at + action.heartbeat_timeout
+    deadline = action.finished_at if action.finished_at is not None else action.deadline
+    window = max(action.started_at, deadline - action.heartbeat_timeout)
     if action.transition == TERMINATING:
         if _drain_begun(o, o.nodes_of.get(action.instance_id), deadline):
             return False
@@ -281,7 +284,7 @@ def _unswept_window(o: Observation, action: ActionRecord) -> bool:
         return False
     stalled = 0.0
     for begin, end in _sweeper_stalled(o).get(o.groups.get(action.group, ""), ()):
-        stalled += max(0.0, min(end, deadline) - max(begin, action.started_at))
+        stalled += max(0.0, min(end, deadline) - max(begin, window))
     return action.heartbeat_timeout - stalled < SWEEP_INTERVAL
 
 
