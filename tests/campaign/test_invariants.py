@@ -394,3 +394,19 @@ def test_a_wait_for_a_slot_again_before_the_cordon_is_not_counted_as_holding_one
         _node(T0 + 31, owner="chaos-a", cordoned=True),
     ]
     assert "slot-held" not in _judged(_observation(history, actions=[_terminate(T0 + 62)]))
+
+
+def test_a_node_uncordoned_through_the_api_while_its_drain_was_under_way_is_a_violation() -> None:
+    # Given chaos-a's node claimed and cordoned at 2 s, its terminate action running until 10 s
+    claimed = _node(T0 + 2, owner="chaos-a", cordoned=True)
+    # When an API caller uncordoned it at 5 s, its claim left in place (another owner's sweeper that took it for
+    # an orphan): the drain's pods may be scheduled back on it, and the budget no longer counts it
+    assert "ownership" in _judged(_observation([claimed, _node(T0 + 5, owner="chaos-a", cordoned=False)]))
+    # But uncordoned after its action completed (a cleanup), nothing is wrong
+    assert "ownership" not in _judged(
+        _observation([claimed, _node(T0 + 11, owner="chaos-a", cordoned=False)])
+    )
+    # nor is a node registered again by its kubelet (not an API caller's write)
+    again = _node(T0 + 5, owner="chaos-a", cordoned=False)
+    kubelet = HistoryEntry(0, again.time, "create", "nodes", "", NODE, "sandbox", False, again.object)
+    assert "ownership" not in _judged(_observation([claimed, kubelet]))

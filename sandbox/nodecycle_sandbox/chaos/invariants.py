@@ -45,7 +45,7 @@ INVARIANTS = {
     "confirmed": "nothing is cordoned or evicted for a node whose instance's terminate action has not begun (8)",
     "drain": "no terminate action is completed while its node still has evictable pods, unless the outcome says why, and in time for what it says (2)",
     "global-timeout": "every accepted action is completed by nodecycle before its global timeout (2, 11)",
-    "ownership": "no owner touches another's node or budget entry (3)",
+    "ownership": "no owner touches another's node or budget entry, nor frees a node under its drain (3)",
     "addresses": "no address leaked (one AWS locked: once unlocked), stolen, released while in use, or two on one instance (4)",
     "repair": "everything settles: nothing left half done at quiescence, after the sweepers ran (5)",
     "pdb": "no eviction takes a PodDisruptionBudget below its floor",
@@ -325,6 +325,12 @@ def _ownership(o: Observation) -> Iterator[Violation]:
     instance_of_node = {i.node_name: i.instance_id for i in o.instances}
     terminate = {a.instance_id: a for a in o.actions if a.transition == TERMINATING}
     last: dict[str, str | None] = {}
+    cordoned: set[str] = set()
+
+    def draining(node: str, at: float) -> bool:
+        action = terminate.get(instance_of_node[node])
+        return action is not None and action.started_at <= at < (action.finished_at or float("inf"))
+
     for entry in o.history:
         if entry.kind == "Node" and not entry.removed and entry.name in owner_of_node:
             annotations = (entry.object.get("metadata") or {}).get("annotations") or {}
@@ -332,12 +338,22 @@ def _ownership(o: Observation) -> Iterator[Violation]:
             rightful = owner_of_node[entry.name]
             if owner is not None and owner != rightful:
                 yield Violation("ownership", f"{entry.name} of {rightful} annotated by {owner}")
+            # (an API caller's uncordon of a node under its drain, its claim kept or not: nodecycle lifts a
+            # terminating node's cordon only at its cleanup, after the completion; the kubelet registering the
+            # node again is no API caller's)
+            if entry.name in cordoned and not entry.unschedulable and entry.source == API:
+                if draining(entry.name, entry.time):
+                    yield Violation(
+                        "ownership",
+                        f"{entry.name} of {rightful} uncordoned while its drain was under way (claimed by {owner})",
+                    )
+            if entry.unschedulable:
+                cordoned.add(entry.name)
+            else:
+                cordoned.discard(entry.name)
             before = last.get(entry.name)
             if before is not None and owner != before:
-                action = terminate.get(instance_of_node[entry.name])
-                if action is not None and action.started_at <= entry.time < (
-                    action.finished_at or float("inf")
-                ):
+                if draining(entry.name, entry.time):
                     yield Violation(
                         "ownership",
                         f"{entry.name}: the claim of {before} was {'cleared' if owner is None else f'taken by {owner}'} "
