@@ -211,9 +211,8 @@ def _drain(o: Observation) -> Iterator[Violation]:
         elif outcome is not None and outcome.startswith(TIMED_OUT):
             if forced_from is None:
                 forced_from = _forced_from(o)
-            due = forced_from.get(
-                node, -float("inf")
-            )  # (a drain that never began: timed out waiting, judged by 2)
+            # (a drain that never began timed out waiting for its slot or its reads: nothing to compare)
+            due = forced_from.get(node, -float("inf"))
         else:
             continue
         if action.finished_at < due - CLOCK_SLACK:
@@ -266,9 +265,8 @@ def _unswept_window(o: Observation, action: ActionRecord) -> bool:
     """Whether the heartbeat window ``action`` lapsed in (its last, from its last heartbeat or its start to its
     end: its first unless something kept it alive, and then a stall of an earlier window excuses nothing) passed
     with its stack's sweeper stalled (its role without its policy) for all but less than a sweep interval of it,
-    while nodecycle's own steps never began on it: a
-    terminate whose drain never touched its node nor asked the budget for it, a launch with no outcome of
-    nodecycle's. The stacks' promise (README: a heartbeat timeout of at least a sweep interval plus the margin,
+    while nodecycle's own steps never began on it: a terminate whose drain never touched its node nor asked the
+    budget for it, a launch with no outcome of nodecycle's. The stacks' promise (README: a heartbeat timeout of at least a sweep interval plus the margin,
     "while a queue stalls only the sweeper heartbeats") stands on a sweeper that runs in each window: an action
     whose event intake could not take in time (a throttled write hands it to the intake queue 60 s later: past a
     30 s heartbeat timeout), or whose first step's message a refusal kept from its queue, has only the sweeper to
@@ -341,24 +339,23 @@ def _ownership(o: Observation) -> Iterator[Violation]:
             # (an API caller's uncordon of a node under its drain, its claim kept or not: nodecycle lifts a
             # terminating node's cordon only at its cleanup, after the completion; the kubelet registering the
             # node again is no API caller's)
-            if entry.name in cordoned and not entry.unschedulable and entry.source == API:
-                if draining(entry.name, entry.time):
-                    yield Violation(
-                        "ownership",
-                        f"{entry.name} of {rightful} uncordoned while its drain was under way (claimed by {owner})",
-                    )
+            freed = entry.name in cordoned and not entry.unschedulable and entry.source == API
+            if freed and draining(entry.name, entry.time):
+                yield Violation(
+                    "ownership",
+                    f"{entry.name} of {rightful} uncordoned while its drain was under way (claimed by {owner})",
+                )
             if entry.unschedulable:
                 cordoned.add(entry.name)
             else:
                 cordoned.discard(entry.name)
             before = last.get(entry.name)
-            if before is not None and owner != before:
-                if draining(entry.name, entry.time):
-                    yield Violation(
-                        "ownership",
-                        f"{entry.name}: the claim of {before} was {'cleared' if owner is None else f'taken by {owner}'} "
-                        f"while its drain was under way ({entry.source} write)",
-                    )
+            if before is not None and owner != before and draining(entry.name, entry.time):
+                yield Violation(
+                    "ownership",
+                    f"{entry.name}: the claim of {before} was {'cleared' if owner is None else f'taken by {owner}'} "
+                    f"while its drain was under way ({entry.source} write)",
+                )
             last[entry.name] = owner
         elif (doc := _budget_written(entry)) is not None:
             for kind in ("holders", "waiters"):
@@ -628,11 +625,11 @@ def _budget_written(entry: HistoryEntry) -> dict[str, Any] | None:
 
 
 def _slot_held(o: Observation) -> Iterator[Violation]:
-    """The drain's span: from its slot's grant (the budget's document first naming its node among the holders
-    once its action began) or its cordon, whichever came first, until nodecycle first asks Auto Scaling to
-    complete the action, whether or not Auto Scaling refuses. Retries of a refused completion (AWS throttling for
-    minutes) keep the slot, rightly: the node stays cordoned until it goes. They are not the drain; invariants 2
-    and 11 judge them. (Not "until the pods are gone": a drain that failed to see them go would hide there.) A
+    """The drain's span: from its slot's grant (the budget's document naming its node among the holders, the
+    write before it not, once its action began: the last such grant before its cordon), or from its cordon when
+    no grant came before it, until nodecycle first asks Auto Scaling to complete the action, whether or not Auto
+    Scaling refuses. Retries of a refused completion (AWS throttling for minutes) keep the slot, rightly: the node
+    stays cordoned until it goes. They are not the drain; invariants 2 and 11 judge them. (Not "until the pods are gone": a drain that failed to see them go would hide there.) A
     slot granted to a node whose cordon never lands (every PATCH refused) or lands late is held all the same:
     the other drains wait for it."""
     first_cordon: dict[str, float] = {}
