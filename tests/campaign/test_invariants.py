@@ -4,6 +4,7 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 from typing import Any
 
@@ -410,3 +411,21 @@ def test_a_node_uncordoned_through_the_api_while_its_drain_was_under_way_is_a_vi
     again = _node(T0 + 5, owner="chaos-a", cordoned=False)
     kubelet = HistoryEntry(0, again.time, "create", "nodes", "", NODE, "sandbox", False, again.object)
     assert "ownership" not in _judged(_observation([claimed, kubelet]))
+
+
+def test_the_judges_without_a_test_of_their_own_can_fail_too() -> None:
+    # "global-timeout": an action completed past its global timeout (181 s here), or ended by Auto Scaling's
+    late = _observation([], actions=[_terminate(T0 + 190)], outcomes={"tok": "global-timeout-near"})
+    assert "global-timeout" in _judged(late)
+    ended = replace(_terminate(T0 + 181), outcome="global-timeout", result="CONTINUE")
+    assert "global-timeout" in _judged(_observation([], actions=[ended]))
+    # "repair": the scenario did not settle after its sweeps
+    unsettled = _observation([], quiescent=False, left_over=["node n still annotated by chaos-a"])
+    assert {v.invariant for v in check(unsettled)} == {"repair"}
+    # "budget", per zone only: two nodes of one zone drained at once (limits: 2 in all, 1 per zone)
+    history = []
+    for n in range(2):
+        entry = _node(T0 + 1 + n, owner="chaos-a", cordoned=True)
+        history.append(HistoryEntry(0, entry.time, "patch", "nodes", "", f"n{n}", "api", False, entry.object))
+    (zone,) = [v for v in check(_observation(history, actions=[])) if v.invariant == "budget"]
+    assert "in eu-west-1a" in zone.detail
