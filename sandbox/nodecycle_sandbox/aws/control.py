@@ -47,6 +47,7 @@ class AwsControls(Protocol):
         token_checked_against_group: bool | None = None,
         notifications_tell_origin: bool | None = None,
         root_volume_boot_seconds: float | None = None,
+        maintenance_reboot_seconds: float | None = None,
     ) -> None: ...
 
     def plan_nodes(
@@ -148,6 +149,7 @@ class AwsControl:
         token_checked_against_group: bool | None = None,
         notifications_tell_origin: bool | None = None,
         root_volume_boot_seconds: float | None = None,
+        maintenance_reboot_seconds: float | None = None,
     ) -> None:
         """Change the global-timeout rule (for hooks put from now on), where SQS-hook events go, how long
         EC2 lists a terminated instance (about an hour on AWS), and how many Elastic IPs the account may
@@ -155,7 +157,8 @@ class AwsControl:
         must be of the instance named with it (see LifecycleEmulator.token_checked_against_instance), and of the
         group named with it (token_checked_against_group), and whether a hook's queue or topic notifications carry
         Origin and Destination (LifecycleEmulator.notifications_tell_origin), and how long after its root volume is
-        replaced an instance's kubelet runs again (LifecycleEmulator.root_volume_boot_seconds)."""
+        replaced an instance's kubelet runs again (LifecycleEmulator.root_volume_boot_seconds), and how long a
+        scheduled reboot EC2 carries out keeps it away (LifecycleEmulator.maintenance_reboot_seconds)."""
         emulator = self.emulator
         with emulator.lock:
             if address_quota is not None:
@@ -176,6 +179,8 @@ class AwsControl:
                 emulator.notifications_tell_origin = notifications_tell_origin
             if root_volume_boot_seconds is not None:
                 emulator.root_volume_boot_seconds = root_volume_boot_seconds
+            if maintenance_reboot_seconds is not None:
+                emulator.maintenance_reboot_seconds = maintenance_reboot_seconds
 
     def plan_nodes(
         self,
@@ -254,9 +259,9 @@ class AwsControl:
         self.emulator.disruptions.reschedule_maintenance(instance_ids, starts_in=starts_in)
 
     def end_maintenance(self, *, instance_ids: list[str], canceled: bool = False) -> None:
-        """EC2 carries out the instances' first pending scheduled event (a reboot or system maintenance leaves
-        the instance running; a stop or retirement stops it), or calls it off (``canceled``): it is listed
-        ``[Completed]`` or ``[Canceled]`` from then on."""
+        """EC2 carries out the instances' first pending scheduled event (a reboot reboots the instance, its kubelet
+        away for a while; system maintenance leaves it running; a stop or retirement stops it), or calls it off
+        (``canceled``): it is listed ``[Completed]`` or ``[Canceled]`` from then on."""
         self.emulator.disruptions.end_maintenance(instance_ids, canceled=canceled)
 
     def actions(self) -> list[ActionRecord]:

@@ -12,10 +12,12 @@
   once it is in service the old one terminated through the terminate hooks. Two lifecycles of one node then: the
   recommendation's and the terminate hook's.
 - Scheduled maintenance: the event in ``DescribeInstanceStatus`` (code, ``NotBefore``, ``NotAfter``) and the
-  AWS Health event; then EC2 carrying it out (a reboot or system maintenance leaves the instance running, a
-  stop or retirement stops it) or calling it off, after which it lists the event with its description
-  prefixed ``[Completed]`` or ``[Canceled]``, as EC2 does for a week, and AWS Health sends its event again,
-  closed (``statusCode``), under the same ARN.
+  AWS Health event; then EC2 carrying it out (a reboot reboots the instance: its kubelet gone, its node Ready as
+  the old kubelet left it until the node monitor's grace is over, back on a new boot; system maintenance leaves the
+  instance running; a stop or retirement stops it) or calling it off, after which it lists the event with its
+  description prefixed ``[Completed]`` or ``[Canceled]``, as EC2 does for a week, and AWS Health sends its event
+  again, closed (``statusCode``), under the same ARN. The event is listed ``[Completed]`` as the reboot begins:
+  a look at EC2 may find it over while the instance still boots.
 - State changes: ``TerminateInstances``/``StopInstances`` called by anyone, and a Spot interruption that the
   hooks did not finish first, publish ``shutting-down``/``terminated`` and ``stopping``/``stopped``; so do the
   group's own terminations through its hooks and its stops into a warm pool (``lifecycle.py``, ``warm_pool.py``):
@@ -52,6 +54,14 @@ MARKED = "marked-for-termination"
 REBALANCE_LOOK_SECONDS = 0.2
 # The scheduled events EC2 carries out by stopping the instance (the others reboot it, or leave it running)
 GOING_CODES = frozenset({"instance-stop", "instance-retirement"})
+# The scheduled events EC2 carries out by rebooting the instance: "Scheduled Reboot: When Amazon EC2 determines that an
+# instance must be rebooted, the instance's status returns one of two event codes: system-reboot or instance-reboot"
+# (EC2 API Reference, DescribeInstanceStatus). The instance stays running; its operating system boots again, so its
+# kubelet stops, its node stays Ready as it left it for the node monitor's grace (40 s), then the new kubelet posts
+# Ready with the new boot's id (the kubelet's MachineInfo setter, pkg/kubelet/nodestatus: status.nodeInfo.bootID, a
+# Rebooted event when it changed). (A system-maintenance is network maintenance, which reboots nothing, or power
+# maintenance, which does: emulated as the first.)
+REBOOT_CODES = frozenset({"instance-reboot", "system-reboot"})
 
 
 @dataclass
@@ -381,6 +391,9 @@ class DisruptionEmulator:
                 if not canceled and first["Code"] in GOING_CODES and instance.state == "running":
                     self._ec2.stop_instances([instance_id])
                     self.state_changed([instance_id], ("stopping", "stopped"))
+                if not canceled and first["Code"] in REBOOT_CODES and instance.state == "running":
+                    lifecycle = self._lifecycle
+                    lifecycle.instance_rebooted(instance_id, boot=lifecycle.maintenance_reboot_seconds)
                 self._publish(self._health_update(instance_id, first))
 
     def _health_update(self, instance_id: str, ended: dict[str, Any]) -> dict[str, Any]:

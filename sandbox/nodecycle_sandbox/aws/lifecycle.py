@@ -84,6 +84,10 @@ ROOT_VOLUME_REBOOT_SECONDS = 1.0
 # already hold the instance (Pending:Wait), its node object still Ready from before the reboot (the node monitor's
 # 40 s grace is not over). A kubelet back at RootVolumeReplaced itself hid a readiness gate that took that stale Ready.
 ROOT_VOLUME_BOOT_SECONDS = 3.0
+# How long a scheduled reboot EC2 carries out (instance-reboot, system-reboot) keeps the instance's kubelet away: its
+# node stays Ready as the old kubelet left it for the node monitor's grace, then its kubelet posts Ready again with the
+# new boot's id. On AWS a reboot takes a minute or more; short by default for the tests' time.
+MAINTENANCE_REBOOT_SECONDS = 5.0
 # AWS defaults and limits for hooks.
 DEFAULT_HEARTBEAT_TIMEOUT = 3600
 DEFAULT_GLOBAL_TIMEOUT_FACTOR = 100.0
@@ -166,6 +170,8 @@ class LifecycleEmulator:
         # How long after its root volume is replaced (RootVolumeReplaced) an instance's kubelet runs again: on AWS the
         # operating system's boot from the new volume, tens of seconds or more; short by default for the tests' time
         self.root_volume_boot_seconds = ROOT_VOLUME_BOOT_SECONDS
+        # How long a scheduled reboot that EC2 carries out keeps the instance's kubelet away (see disruptions.py)
+        self.maintenance_reboot_seconds = MAINTENANCE_REBOOT_SECONDS
         self.notifications: list[Notification] = []
         self.actions: dict[str, ActionRecord] = {}
         self.instances: dict[str, InstanceHistory] = {}
@@ -558,6 +564,16 @@ class LifecycleEmulator:
         history = self.instances.get(instance_id)
         if history is not None and self.nodes is not None:
             self.nodes.instance_stopped(history.node_name)
+
+    def instance_rebooted(self, instance_id: str, *, boot: float) -> None:
+        """The instance reboots (EC2 stays ``running``): its kubelet is gone at once, its node still Ready for the
+        node monitor's grace, and back ``boot`` seconds later with the new boot's id."""
+        history = self.instances.get(instance_id)
+        if history is None or self.nodes is None:
+            return
+        history.rebooted_at.append(time.time())
+        self.nodes.instance_rebooting(history.node_name)
+        self.instance_started(instance_id, boot=boot)
 
     def instance_started(self, instance_id: str, *, boot: float = 0.0) -> None:
         """The instance runs again: its kubelet is back `boot` seconds later (its node, Ready again)."""

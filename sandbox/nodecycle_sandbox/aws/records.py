@@ -88,6 +88,8 @@ class InstanceHistory:
     pool_left_at: list[float] = field(default_factory=list)
     # Times an instance refresh replaced its root volume (the instance rebooted on the new one, its kubelet gone)
     root_volume_replaced_at: list[float] = field(default_factory=list)
+    # Times EC2 rebooted it for a scheduled reboot it carried out (its kubelet gone, back on a new boot)
+    rebooted_at: list[float] = field(default_factory=list)
 
 
 @dataclass

@@ -307,6 +307,34 @@ def test_scheduled_maintenance_carried_out_or_called_off_is_listed_so_and_a_reti
         group.end_maintenance([retired])
 
 
+def test_a_scheduled_reboot_carried_out_reboots_the_instance_and_one_called_off_does_not(
+    aws: Emulation,
+) -> None:
+    # Given EC2's system reboot of one instance and an instance reboot of another, each in an hour, the reboot
+    # taking half a second
+    aws.control.configure(maintenance_reboot_seconds=0.5)
+    group = aws.group(size=2)
+    rebooted, spared = sorted(group.instances())
+    group.schedule_maintenance([rebooted], code="system-reboot", starts_in=3600)
+    group.schedule_maintenance([spared], code="instance-reboot", starts_in=3600)
+    node, other = aws.nodes.node_for_instance(rebooted), aws.nodes.node_for_instance(spared)
+
+    # When EC2 carries out the first and calls off the second
+    group.end_maintenance([rebooted])
+    group.end_maintenance([spared], canceled=True)
+
+    # Then the first instance reboots: its kubelet gone at once (EC2 lists the reboot completed already), back
+    # once it has booted, the instance running all along; the second is left alone
+    assert node in aws.nodes.stopped
+    assert other not in aws.nodes.stopped
+    wait_for(lambda: node not in aws.nodes.stopped, 10, "the kubelet back from the reboot")
+    history = {i.instance_id: i for i in aws.control.instances()}
+    assert (len(history[rebooted].rebooted_at), history[spared].rebooted_at) == (1, [])
+    statuses = aws.ec2.describe_instance_status(InstanceIds=[rebooted, spared], IncludeAllInstances=True)
+    assert {s["InstanceState"]["Name"] for s in statuses["InstanceStatuses"]} == {"running"}
+    assert ec2_events(aws, "EC2 Instance State-change Notification") == []
+
+
 def test_a_scheduled_event_rescheduled_is_listed_at_its_new_start_and_no_health_event_tells_of_it(
     aws: Emulation,
 ) -> None:
