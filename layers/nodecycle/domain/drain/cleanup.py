@@ -101,6 +101,10 @@ ROOT_VOLUME_WATCH_LIMIT = timedelta(days=2, hours=1)
 # record.extra key: the boot id (status.nodeInfo.bootID) its kubelet posted the node's status from before the
 # reboot (see _boot_before): while the node says that one, its Ready is still the old kubelet's
 BOOT_BEFORE = "boot_before"
+# record.extra key: the node's Lease renewTime (NO_LEASE: none) at the first look of the maintenance watch that found
+# the maintenance over and the node Ready on the boot from before it (see Cleanup._kubelet_back)
+LEASE_AT_OVER = "lease_at_over"
+NO_LEASE = "none"
 # Auto Scaling lifecycle states (prefixes) of an instance that is not coming back to its group's service after
 # a maintenance: terminated, detached, or gone into its warm pool (a wider set than the engine's
 # TERMINATION_STATES, which says only whether a launch action ended with its instance)
@@ -298,16 +302,17 @@ class Cleanup:
         self._settled(record, node.uid if node is not None else record.node_uid)
         if into_pool:
             return self._watch(self._lift_when_safe, watched, now, POOL_WATCH, POOL_IDLE_POLL_SECONDS)
+        if (maintained or replaced) and node is not None:
+            # (the boot its watch must see the node leave, or its kubelet live on, before it lifts the cordon)
+            before = _boot_before(record, node)
+            if before:
+                watched = watched.model_copy(update={"extra": {**watched.extra, BOOT_BEFORE: before}})
         if maintained:
             pace = self._maintenance_poll_seconds
             return self._watch(self._lift_after_maintenance, watched, now, MAINTENANCE_WATCH, pace)
         if resuming:
             pace = self._spot_pace(record, now)
             return self._watch(self._lift_after_restart, watched, now, SPOT_WATCH, pace)
-        if replaced and node is not None:
-            before = _boot_before(record, node)
-            if before:
-                watched = watched.model_copy(update={"extra": {**watched.extra, BOOT_BEFORE: before}})
         if replaced:
             pace = self._maintenance_poll_seconds
             return self._watch(self._lift_after_root_volume, watched, now, ROOT_VOLUME_WATCH, pace)
@@ -604,8 +609,8 @@ class Cleanup:
     def _lift_after_maintenance(self, record: LifecycleRecord, now: datetime) -> Outcome:
         """Lift what this lifecycle set on the node once the maintenance it drained for is over and the
         instance stayed: EC2 no longer lists it as pending (carried out, or called off), or its window ended a
-        margin ago; the instance runs, in service in its group; and its node is Ready again (a rebooted
-        kubelet is back). Until then the cordon stays: the maintenance may still come, and a node whose kubelet
+        margin ago; the instance runs, in service in its group; and its node is Ready again, by a kubelet that
+        is back (the rebooted one: a new boot id; or the one that ran, its Lease renewed: see _kubelet_back). Until then the cordon stays: the maintenance may still come, and a node whose kubelet
         is not back takes no pods. An instance that goes (stopped, retired, terminating, out of its group)
         keeps it: it is not coming back. Only while the node is still marked released for this lifecycle, as
         in the warm-pool watch (a later claim removes the mark: that cordon is the later lifecycle's). Not when
@@ -633,7 +638,11 @@ class Cleanup:
         later = [event.not_before for event in listed if event.not_before > max(record.global_deadline, now)]
         if not ahead and later:
             return self._moved(node, record, min(later), back, now)
+        kubelet_back = True
         if not ahead and back:
+            kubelet_back, extra = self._kubelet_back(node, record, watching["extra"])
+            watching = {"extra": extra}
+        if not ahead and back and kubelet_back:
             return self._lift_told(
                 node,
                 record,
@@ -646,13 +655,49 @@ class Cleanup:
                 node,
                 record,
                 f"instance {instance} is not back in service with its node Ready ({state}, {in_group}, node "
-                f"{'Ready' if node.ready else 'NotReady'}) {MAINTENANCE_WATCH_LIMIT} after its maintenance",
+                f"{'Ready' if node.ready else 'NotReady'}"
+                f"{'' if kubelet_back else ', its kubelet not yet back from the reboot: the same boot id'}) "
+                f"{MAINTENANCE_WATCH_LIMIT} after its maintenance",
                 warning=True,
             )
         # before the window: asleep until it opens; in it or after it, a look every 12 drain polls
         opens = min((event.not_before for event in ahead), default=now)
         delay = max(self._maintenance_poll_seconds, (opens - now).total_seconds())
         return Outcome.wait(delay, **watching)
+
+    def _kubelet_back(
+        self, node: NodeInfo, record: LifecycleRecord, extra: dict[str, Any]
+    ) -> tuple[bool, dict[str, Any]]:
+        """Whether the Ready of a node whose maintenance is over is its kubelet's of now, with the watch's extra to
+        keep. EC2 lists a reboot completed as it carries it out ("[Completed]": EC2 API Reference,
+        InstanceStatusEvent), while the instance still boots; its node says Ready as the old kubelet left it until
+        the node monitor's grace is over (40 s), and after it until the rebooted kubelet's first status update.
+        Taken for the instance back, the cordon was lifted and pods sent to a node whose kubelet was not running.
+        The rebooted kubelet posts the new boot's id in the status update that says Ready (the kubelet's
+        MachineInfo setter, pkg/kubelet/nodestatus): a boot id other than BOOT_BEFORE (or none told) is its Ready.
+        The same boot id is no reboot (called off, or a maintenance that reboots nothing) or a reboot under way:
+        the node's Lease tells them apart, which a live kubelet renews about every 10 s and a rebooting one does
+        not. Its renewTime at the first such look is kept (LEASE_AT_OVER); a later look that finds it renewed since
+        finds the kubelet of that boot alive (a reboot would have brought another boot id). A Lease it may not read
+        (403: an RBAC from before the rule) leaves the Ready alone to tell, as the readiness gate does."""
+        before = record.extra.get(BOOT_BEFORE)
+        if not before or not node.boot_id or node.boot_id != before:
+            return True, extra
+        try:
+            renewed = self._cluster.lease_renewed_at(node.name)
+        except Refused as error:
+            log.warning(
+                "the Lease of node %s cannot be read (%s): its Ready alone tells that its kubelet is back after the "
+                "maintenance",
+                node.name,
+                error,
+            )
+            return True, extra
+        stamp = renewed.isoformat() if renewed is not None else NO_LEASE
+        seen = extra.get(LEASE_AT_OVER)
+        if seen is None:
+            return False, {**extra, LEASE_AT_OVER: stamp}
+        return renewed is not None and stamp != seen, extra
 
     def _moved(
         self, node: NodeInfo, record: LifecycleRecord, starts: datetime, back: bool, now: datetime
@@ -934,11 +979,12 @@ class Cleanup:
 
 
 def _boot_before(record: LifecycleRecord, node: NodeInfo) -> str | None:
-    """The boot id of the node before its instance's root volume replacement: as the drain last read the node whole
-    (NODE_SEEN: before the completion, so before the reboot), when that was this very node object; else as the
-    cleanup reads it, moments after the completion. A cleanup run again after a crash, minutes later, may read the
-    rebooted kubelet's: taken for the old boot's, the watch would wait for a boot that came already, the cordon kept
-    until its limit."""
+    """The boot id of the node before its instance's root volume replacement, or the scheduled maintenance it was
+    drained for: as the drain last read the node whole (NODE_SEEN: before the completion, so before the reboot; before
+    the maintenance's window), when that was this very node object; else as the cleanup reads it, moments after the
+    completion. A cleanup run again after a crash, minutes later, may read the rebooted kubelet's: taken for the old
+    boot's, the root volume's watch would wait for a boot that came already, the cordon kept until its limit (the
+    maintenance's watch then waits for a renewal of the Lease: see Cleanup._kubelet_back)."""
     seen = record.extra.get(NODE_SEEN)
     if isinstance(seen, dict) and seen.get("uid") == node.uid and seen.get("boot_id"):
         return str(seen["boot_id"])

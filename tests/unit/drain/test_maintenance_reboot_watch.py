@@ -1,0 +1,121 @@
+"""The watch after a node drained for scheduled maintenance lifts the cordon only on a Ready its kubelet posts now:
+EC2 lists a reboot completed as it carries it out, while the instance still boots, and the node says Ready as the
+old kubelet left it until the node monitor's grace is over. A new boot id is the rebooted kubelet's Ready; on the
+same boot, a Lease renewed since the maintenance was first seen over is the kubelet that never stopped (a reboot
+called off, a maintenance that rebooted nothing)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from nodecycle.domain.drain.cleanup import BOOT_BEFORE, MAINTENANCE_POLL_SECONDS, Outcome
+from nodecycle.domain.model import LifecycleRecord
+from tests.unit.drain.test_drain_steps import (
+    INSTANCE,
+    NODE,
+    REBOOT_AT,
+    Ec2Maintenance,
+    FakeAutoscaling,
+    FakeEvents,
+    FakeSlots,
+    cleanup,
+    cordoned_for_maintenance,
+    drained_for,
+    reboot,
+)
+from tests.unit.drain.test_drain_steps import FakeCluster as Cluster
+
+BEFORE, AFTER = "boot-before-the-reboot", "boot-after-the-reboot"
+LAST_RENEWAL = REBOOT_AT + timedelta(minutes=10)  # the old kubelet's last Lease renewal, as the reboot began
+
+
+def watching_after_reboot() -> tuple[Cluster, FakeEvents, Ec2Maintenance, LifecycleRecord, object]:
+    """A node on boot BEFORE drained for a reboot at REBOOT_AT, its cleanup done and watching; then EC2 lists the
+    reboot completed, the instance running in service, its node still Ready: the cluster, the node's events, EC2,
+    the record as the watch has it, and the cleanup step."""
+    cluster = cordoned_for_maintenance()
+    cluster.nodes[NODE] = cluster.nodes[NODE].model_copy(update={"boot_id": BEFORE})
+    ec2 = Ec2Maintenance(known={INSTANCE: "running"}, events=[reboot()])
+    events = FakeEvents()
+    step = cleanup(
+        cluster, FakeSlots(holders={NODE}), FakeAutoscaling(states={INSTANCE: "InService"}), events, ec2
+    )
+    record = drained_for(REBOOT_AT)
+    first = step(record, REBOOT_AT - timedelta(minutes=30))
+    assert first.again
+    watching = record.model_copy(update=first.changes)
+    assert watching.extra[BOOT_BEFORE] == BEFORE
+    ec2.events = []  # listed [Completed] from now on
+    return cluster, events, ec2, watching, step
+
+
+def posted(cluster: Cluster, version: str, **changes: object) -> None:
+    """The node as a status update (or the node monitor) leaves it: a new resourceVersion."""
+    cluster.nodes[NODE] = cluster.nodes[NODE].model_copy(update={"resource_version": version, **changes})
+
+
+def look(step: object, record: LifecycleRecord, at: datetime) -> tuple[Outcome, LifecycleRecord]:
+    outcome = step(record, at)  # type: ignore[operator]
+    return outcome, record.model_copy(update=outcome.changes)
+
+
+def test_a_node_whose_instance_still_reboots_stays_cordoned_on_the_ready_its_old_kubelet_left() -> None:
+    # Given a node drained for a reboot that EC2 lists completed as the instance boots: the node says Ready, as the
+    # old kubelet left it, on the old boot, its Lease renewed no more since the reboot began
+    cluster, events, _, watching, step = watching_after_reboot()
+    cluster.leases[NODE] = LAST_RENEWAL
+
+    # When the watch looks, then again a minute later (the node monitor's grace not over: Ready still)
+    for minutes in (11, 12):
+        outcome, watching = look(step, watching, REBOOT_AT + timedelta(minutes=minutes))
+
+        # Then the node stays cordoned, looked at again in a minute
+        assert (outcome.again, outcome.delay) == (True, MAINTENANCE_POLL_SECONDS)
+        assert cluster.cordoned == {NODE}
+
+    # When the rebooted kubelet posts the node's status: Ready, with the new boot's id
+    posted(cluster, "9", boot_id=AFTER)
+    cluster.leases[NODE] = REBOOT_AT + timedelta(minutes=13)
+    outcome, _ = look(step, watching, REBOOT_AT + timedelta(minutes=13))
+
+    # Then the cordon set for the maintenance is lifted
+    assert (outcome.then, outcome.again) == (None, False)
+    assert cluster.cordoned == set()
+    assert (NODE, "UncordonedAfterMaintenance", "Normal") in events.written
+
+
+def test_a_node_whose_maintenance_rebooted_nothing_is_uncordoned_once_its_lease_is_renewed() -> None:
+    # Given a node drained for a reboot that EC2 called off (or a maintenance that reboots nothing): its kubelet
+    # runs all along, Ready on the same boot, renewing its Lease
+    cluster, events, _, watching, step = watching_after_reboot()
+    cluster.leases[NODE] = LAST_RENEWAL
+
+    # When the watch first finds the maintenance over
+    outcome, watching = look(step, watching, REBOOT_AT + timedelta(minutes=11))
+
+    # Then it cannot yet tell that Ready from a stale one: the node stays cordoned
+    assert outcome.again
+    assert cluster.cordoned == {NODE}
+
+    # When it looks again, the Lease renewed since
+    cluster.leases[NODE] = LAST_RENEWAL + timedelta(seconds=50)
+    outcome, _ = look(step, watching, REBOOT_AT + timedelta(minutes=12))
+
+    # Then the cordon is lifted
+    assert (outcome.then, outcome.again) == (None, False)
+    assert cluster.cordoned == set()
+    assert (NODE, "UncordonedAfterMaintenance", "Normal") in events.written
+
+
+def test_a_node_whose_lease_may_not_be_read_is_uncordoned_on_its_ready() -> None:
+    # Given a node whose maintenance is over, Ready on the same boot, and an API server that refuses to let the
+    # Lease be read (an RBAC from before the rule)
+    cluster, _, _, watching, step = watching_after_reboot()
+    cluster.leases_refused = "leases.coordination.k8s.io is forbidden"
+
+    # When the watch looks
+    outcome, _ = look(step, watching, REBOOT_AT + timedelta(minutes=11))
+
+    # Then the Ready alone tells, as before the rule: the cordon is lifted
+    assert (outcome.then, outcome.again) == (None, False)
+    assert cluster.cordoned == set()
