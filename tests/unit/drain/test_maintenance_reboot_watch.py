@@ -1,8 +1,9 @@
-"""The watch after a node drained for scheduled maintenance lifts the cordon only on a Ready its kubelet posts now:
-EC2 lists a reboot completed as it carries it out, while the instance still boots, and the node says Ready as the
-old kubelet left it until the node monitor's grace is over. A new boot id is the rebooted kubelet's Ready; on the
-same boot, a Lease renewed since the maintenance was first seen over is the kubelet that never stopped (a reboot
-called off, a maintenance that rebooted nothing)."""
+"""The watch after a node drained for scheduled maintenance (or for a Spot interruption that stops or hibernates its
+instance) lifts the cordon only on a Ready its kubelet posts now: EC2 lists a reboot completed as it carries it out,
+while the instance still boots, and the node says Ready as the old kubelet left it until the node monitor's grace is
+over. A new boot id is the rebooted kubelet's Ready; on the
+same boot, a Lease renewed since the instance was first seen back is the kubelet that never stopped (a reboot
+called off, a maintenance that rebooted nothing) or that resumed (hibernation)."""
 
 from __future__ import annotations
 
@@ -24,6 +25,12 @@ from tests.unit.drain.test_drain_steps import (
     reboot,
 )
 from tests.unit.drain.test_drain_steps import FakeCluster as Cluster
+from tests.unit.review.test_spot_stop_restart import (
+    STRIKES,
+    cordoned_for_spot,
+    drained_for_spot,
+    spot_cleanup,
+)
 
 BEFORE, AFTER = "boot-before-the-reboot", "boot-after-the-reboot"
 LAST_RENEWAL = REBOOT_AT + timedelta(minutes=10)  # the old kubelet's last Lease renewal, as the reboot began
@@ -119,3 +126,39 @@ def test_a_node_whose_lease_may_not_be_read_is_uncordoned_on_its_ready() -> None
     # Then the Ready alone tells, as before the rule: the cordon is lifted
     assert (outcome.then, outcome.again) == (None, False)
     assert cluster.cordoned == set()
+
+
+def test_a_node_whose_spot_instance_resumed_from_hibernation_is_uncordoned_once_its_lease_is_renewed() -> (
+    None
+):
+    # Given our node on boot BEFORE, drained for a Spot interruption that hibernates its instance, its cleanup done
+    cluster = cordoned_for_spot()
+    cluster.nodes[NODE] = cluster.nodes[NODE].model_copy(update={"boot_id": BEFORE})
+    ec2 = Ec2Maintenance(known={INSTANCE: "running"})
+    record = drained_for_spot("hibernate")
+    events = FakeEvents()
+    step = spot_cleanup(cluster, record, ec2, events)
+    first, watching = look(step, record, STRIKES - timedelta(seconds=5))
+    assert first.again
+    assert watching.extra[BOOT_BEFORE] == BEFORE
+
+    # When EC2 hibernates it (a look sees it stopped), then resumes it: the same boot (hibernation keeps the
+    # running kernel, and /proc/sys/kernel/random/boot_id with it), the node Ready, the Lease not renewed yet
+    ec2.known = {INSTANCE: "stopped"}
+    cluster.leases[NODE] = STRIKES
+    _, watching = look(step, watching, STRIKES + timedelta(minutes=1))
+    ec2.known = {INSTANCE: "running"}
+    outcome, watching = look(step, watching, STRIKES + timedelta(minutes=2))
+
+    # Then the node stays cordoned: that Ready may still be the one left from before the hibernation
+    assert outcome.again
+    assert cluster.cordoned == {NODE}
+
+    # When the resumed kubelet renews its Lease
+    cluster.leases[NODE] = STRIKES + timedelta(minutes=2, seconds=30)
+    outcome, _ = look(step, watching, STRIKES + timedelta(minutes=3))
+
+    # Then the cordon is lifted, though the boot id never changed
+    assert (outcome.then, outcome.again) == (None, False)
+    assert cluster.cordoned == set()
+    assert (NODE, "UncordonedAfterSpotInterruption", "Normal") in events.written

@@ -101,8 +101,8 @@ ROOT_VOLUME_WATCH_LIMIT = timedelta(days=2, hours=1)
 # record.extra key: the boot id (status.nodeInfo.bootID) its kubelet posted the node's status from before the
 # reboot (see _boot_before): while the node says that one, its Ready is still the old kubelet's
 BOOT_BEFORE = "boot_before"
-# record.extra key: the node's Lease renewTime (NO_LEASE: none) at the first look of the maintenance watch that found
-# the maintenance over and the node Ready on the boot from before it (see Cleanup._kubelet_back)
+# record.extra key: the node's Lease renewTime (NO_LEASE: none) at the first look of a watch (after a maintenance, after
+# a Spot stop) that found the instance back and the node Ready on the boot from before it (see Cleanup._kubelet_back)
 LEASE_AT_OVER = "lease_at_over"
 NO_LEASE = "none"
 # Auto Scaling lifecycle states (prefixes) of an instance that is not coming back to its group's service after
@@ -302,7 +302,7 @@ class Cleanup:
         self._settled(record, node.uid if node is not None else record.node_uid)
         if into_pool:
             return self._watch(self._lift_when_safe, watched, now, POOL_WATCH, POOL_IDLE_POLL_SECONDS)
-        if (maintained or replaced) and node is not None:
+        if (maintained or resuming or replaced) and node is not None:
             # (the boot its watch must see the node leave, or its kubelet live on, before it lifts the cordon)
             before = _boot_before(record, node)
             if before:
@@ -668,18 +668,19 @@ class Cleanup:
     def _kubelet_back(
         self, node: NodeInfo, record: LifecycleRecord, extra: dict[str, Any]
     ) -> tuple[bool, dict[str, Any]]:
-        """Whether the Ready of a node whose maintenance is over is its kubelet's of now, with the watch's extra to
-        keep. EC2 lists a reboot completed as it carries it out ("[Completed]": EC2 API Reference,
-        InstanceStatusEvent), while the instance still boots; its node says Ready as the old kubelet left it until
-        the node monitor's grace is over (40 s), and after it until the rebooted kubelet's first status update.
-        Taken for the instance back, the cordon was lifted and pods sent to a node whose kubelet was not running.
-        The rebooted kubelet posts the new boot's id in the status update that says Ready (the kubelet's
-        MachineInfo setter, pkg/kubelet/nodestatus): a boot id other than BOOT_BEFORE (or none told) is its Ready.
-        The same boot id is no reboot (called off, or a maintenance that reboots nothing) or a reboot under way:
-        the node's Lease tells them apart, which a live kubelet renews about every 10 s and a rebooting one does
-        not. Its renewTime at the first such look is kept (LEASE_AT_OVER); a later look that finds it renewed since
-        finds the kubelet of that boot alive (a reboot would have brought another boot id). A Lease it may not read
-        (403: an RBAC from before the rule) leaves the Ready alone to tell, as the readiness gate does."""
+        """Whether the Ready of a node whose maintenance is over (or whose Spot instance EC2 started again) is its
+        kubelet's of now, with the watch's extra to keep. EC2 lists a reboot completed as it carries it out
+        ("[Completed]": EC2 API Reference, InstanceStatusEvent), while the instance still boots, and a stop and start
+        may come within a minute; the node says Ready as the old kubelet left it until the node monitor's grace is
+        over (40 s), and after it until the new kubelet's first status update. Taken for the instance back, the
+        cordon was lifted and pods sent to a node whose kubelet was not running. The rebooted kubelet posts the new
+        boot's id in the status update that says Ready (the kubelet's MachineInfo setter, pkg/kubelet/nodestatus): a
+        boot id other than BOOT_BEFORE (or none told) is its Ready. The same boot id is no reboot (called off, a
+        maintenance that reboots nothing, an instance never stopped, one resumed from hibernation) or a boot under
+        way: the node's Lease tells them apart, which a live kubelet renews about every 10 s and a booting instance's
+        does not. Its renewTime at the first such look is kept (LEASE_AT_OVER); a later look that finds it renewed
+        since finds the kubelet of that boot alive (a reboot would have brought another boot id). A Lease it may not
+        read (403: an RBAC from before the rule) leaves the Ready alone to tell, as the readiness gate does."""
         before = record.extra.get(BOOT_BEFORE)
         if not before or not node.boot_id or node.boot_id != before:
             return True, extra
@@ -750,7 +751,8 @@ class Cleanup:
         """Lift what this lifecycle set on the node once EC2 has started the instance again after the Spot
         interruption that stopped or hibernated it: the instance runs (seen stopped since, or long enough after the
         interruption that it was stopped and started between two looks), in service in its group if it has one,
-        and its node is Ready again (its kubelet back). Until then the cordon stays: the stop may still come, and a
+        and its node is Ready again (its kubelet back: see _kubelet_back). Until then the cordon stays: the stop may
+        still come, and a
         node whose kubelet is not back takes no pods. An instance that goes (terminated: EC2 terminates a stopped
         Spot instance whose request is cancelled or that cannot start; out of its group) keeps it. Only while the
         node is still marked released for this lifecycle, as in the other watches (a later claim removes the mark:
@@ -776,7 +778,12 @@ class Cleanup:
         started_again = (
             bool(extra.get(SPOT_DOWN_SEEN)) or now >= record.global_deadline + SPOT_RESTART_UNSEEN_AFTER
         )
+        kubelet_back = True
         if started_again and state == "running" and in_group == "InService" and node.ready:
+            # (a stop and start within the node monitor's grace leaves the node Ready as the kubelet left it before
+            # the stop, while the instance boots: see _kubelet_back)
+            kubelet_back, extra = self._kubelet_back(node, record, extra)
+        if started_again and state == "running" and in_group == "InService" and node.ready and kubelet_back:
             return self._lift_told(
                 node,
                 record,
@@ -789,7 +796,9 @@ class Cleanup:
                 node,
                 record,
                 f"instance {instance} is not running again with its node Ready ({state}, {in_group}, node "
-                f"{'Ready' if node.ready else 'NotReady'}) {SPOT_WATCH_LIMIT} after its Spot interruption",
+                f"{'Ready' if node.ready else 'NotReady'}"
+                f"{'' if kubelet_back else ', its kubelet not yet back: the same boot id'}) "
+                f"{SPOT_WATCH_LIMIT} after its Spot interruption",
                 warning=True,
                 after=SPOT_AFTER,
             )
