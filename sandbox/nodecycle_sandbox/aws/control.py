@@ -47,7 +47,7 @@ class AwsControls(Protocol):
         token_checked_against_group: bool | None = None,
         notifications_tell_origin: bool | None = None,
         root_volume_boot_seconds: float | None = None,
-        maintenance_reboot_seconds: float | None = None,
+        boot_seconds: float | None = None,
     ) -> None: ...
 
     def plan_nodes(
@@ -149,7 +149,7 @@ class AwsControl:
         token_checked_against_group: bool | None = None,
         notifications_tell_origin: bool | None = None,
         root_volume_boot_seconds: float | None = None,
-        maintenance_reboot_seconds: float | None = None,
+        boot_seconds: float | None = None,
     ) -> None:
         """Change the global-timeout rule (for hooks put from now on), where SQS-hook events go, how long
         EC2 lists a terminated instance (about an hour on AWS), and how many Elastic IPs the account may
@@ -157,8 +157,8 @@ class AwsControl:
         must be of the instance named with it (see LifecycleEmulator.token_checked_against_instance), and of the
         group named with it (token_checked_against_group), and whether a hook's queue or topic notifications carry
         Origin and Destination (LifecycleEmulator.notifications_tell_origin), and how long after its root volume is
-        replaced an instance's kubelet runs again (LifecycleEmulator.root_volume_boot_seconds), and how long a
-        scheduled reboot EC2 carries out keeps it away (LifecycleEmulator.maintenance_reboot_seconds)."""
+        replaced an instance's kubelet runs again (LifecycleEmulator.root_volume_boot_seconds), and how long an
+        instance EC2 reboots (a scheduled reboot) or starts keeps it away (LifecycleEmulator.boot_seconds)."""
         emulator = self.emulator
         with emulator.lock:
             if address_quota is not None:
@@ -179,8 +179,8 @@ class AwsControl:
                 emulator.notifications_tell_origin = notifications_tell_origin
             if root_volume_boot_seconds is not None:
                 emulator.root_volume_boot_seconds = root_volume_boot_seconds
-            if maintenance_reboot_seconds is not None:
-                emulator.maintenance_reboot_seconds = maintenance_reboot_seconds
+            if boot_seconds is not None:
+                emulator.boot_seconds = boot_seconds
 
     def plan_nodes(
         self,

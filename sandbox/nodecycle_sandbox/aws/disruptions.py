@@ -393,7 +393,7 @@ class DisruptionEmulator:
                     self.state_changed([instance_id], ("stopping", "stopped"))
                 if not canceled and first["Code"] in REBOOT_CODES and instance.state == "running":
                     lifecycle = self._lifecycle
-                    lifecycle.instance_rebooted(instance_id, boot=lifecycle.maintenance_reboot_seconds)
+                    lifecycle.instance_rebooted(instance_id, boot=lifecycle.boot_seconds)
                 self._publish(self._health_update(instance_id, first))
 
     def _health_update(self, instance_id: str, ended: dict[str, Any]) -> dict[str, Any]:

@@ -187,12 +187,14 @@ def _patch_stop_and_start() -> None:
     original_start = InstanceResponse.start_instances
 
     def start_instances(self: InstanceResponse) -> ActionResult:
-        """StartInstances, and its instances' nodes back in service (state changes not emulated)."""
+        """StartInstances, and its instances' nodes back once they have booted (LifecycleEmulator.boot_seconds: the
+        node stays as the stop left it meanwhile, Ready for the node monitor's grace, then NotReady), their kubelets
+        posting the new boot's id. (State changes not emulated.)"""
         result = original_start(self)
         emulator = emulator_for(autoscaling_backends[self.current_account][self.region])
         with emulator.lock:
             for instance_id in self._get_param("InstanceIds", []):
-                emulator.instance_started(instance_id)
+                emulator.instance_started(instance_id, boot=emulator.boot_seconds)
         return result
 
     InstanceResponse.start_instances = start_instances  # type: ignore[method-assign]

@@ -84,10 +84,11 @@ ROOT_VOLUME_REBOOT_SECONDS = 1.0
 # already hold the instance (Pending:Wait), its node object still Ready from before the reboot (the node monitor's
 # 40 s grace is not over). A kubelet back at RootVolumeReplaced itself hid a readiness gate that took that stale Ready.
 ROOT_VOLUME_BOOT_SECONDS = 3.0
-# How long a scheduled reboot EC2 carries out (instance-reboot, system-reboot) keeps the instance's kubelet away: its
-# node stays Ready as the old kubelet left it for the node monitor's grace, then its kubelet posts Ready again with the
-# new boot's id. On AWS a reboot takes a minute or more; short by default for the tests' time.
-MAINTENANCE_REBOOT_SECONDS = 5.0
+# How long an instance EC2 boots again (a scheduled reboot it carries out, instance-reboot or system-reboot; a
+# StartInstances) keeps its kubelet away: its node stays Ready as the old kubelet left it for the node monitor's grace
+# (NotReady after it), then its kubelet posts Ready again with the new boot's id. On AWS a boot takes a minute or
+# more; short by default for the tests' time.
+BOOT_SECONDS = 5.0
 # AWS defaults and limits for hooks.
 DEFAULT_HEARTBEAT_TIMEOUT = 3600
 DEFAULT_GLOBAL_TIMEOUT_FACTOR = 100.0
@@ -170,8 +171,8 @@ class LifecycleEmulator:
         # How long after its root volume is replaced (RootVolumeReplaced) an instance's kubelet runs again: on AWS the
         # operating system's boot from the new volume, tens of seconds or more; short by default for the tests' time
         self.root_volume_boot_seconds = ROOT_VOLUME_BOOT_SECONDS
-        # How long a scheduled reboot that EC2 carries out keeps the instance's kubelet away (see disruptions.py)
-        self.maintenance_reboot_seconds = MAINTENANCE_REBOOT_SECONDS
+        # How long an instance EC2 reboots (a scheduled reboot: see disruptions.py) or starts keeps its kubelet away
+        self.boot_seconds = BOOT_SECONDS
         self.notifications: list[Notification] = []
         self.actions: dict[str, ActionRecord] = {}
         self.instances: dict[str, InstanceHistory] = {}

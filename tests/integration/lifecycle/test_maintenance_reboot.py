@@ -29,7 +29,7 @@ REBOOT_SECONDS = 30.0
 @pytest.fixture(scope="module")
 def minute_lead() -> Iterator[Sandbox]:
     with running(size=2, parameters={"MaintenanceLeadMinutes": "1"}) as sandbox:
-        sandbox.aws.configure(maintenance_reboot_seconds=REBOOT_SECONDS)
+        sandbox.aws.configure(boot_seconds=REBOOT_SECONDS)
         yield sandbox
 
 

@@ -312,7 +312,7 @@ def test_a_scheduled_reboot_carried_out_reboots_the_instance_and_one_called_off_
 ) -> None:
     # Given EC2's system reboot of one instance and an instance reboot of another, each in an hour, the reboot
     # taking half a second
-    aws.control.configure(maintenance_reboot_seconds=0.5)
+    aws.control.configure(boot_seconds=0.5)
     group = aws.group(size=2)
     rebooted, spared = sorted(group.instances())
     group.schedule_maintenance([rebooted], code="system-reboot", starts_in=3600)
@@ -389,8 +389,11 @@ def test_instances_stopped_or_terminated_outside_the_hooks_publish_their_state_c
     stopped_node = aws.nodes.node_for_instance(stopped)
     assert stopped_node is not None
     assert aws.nodes.stopped == {stopped_node}
+    aws.control.configure(boot_seconds=0.2)
     aws.ec2.start_instances(InstanceIds=[stopped])
-    assert aws.nodes.stopped == set()
+    # (its kubelet back once the instance has booted)
+    assert aws.nodes.stopped == {stopped_node}
+    wait_for(lambda: aws.nodes.stopped == set(), 10, "the started instance's kubelet back")
 
     changes = ec2_events(aws, "EC2 Instance State-change Notification")
     assert [(e["detail"]["instance-id"], e["detail"]["state"]) for e in changes] == [
