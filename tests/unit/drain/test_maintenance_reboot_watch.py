@@ -162,3 +162,33 @@ def test_a_node_whose_spot_instance_resumed_from_hibernation_is_uncordoned_once_
     assert (outcome.then, outcome.again) == (None, False)
     assert cluster.cordoned == set()
     assert (NODE, "UncordonedAfterSpotInterruption", "Normal") in events.written
+
+
+def test_a_node_whose_reboot_is_over_with_a_later_maintenance_listed_is_not_uncordoned_on_its_old_ready() -> (
+    None
+):
+    # Given a node drained for a reboot that EC2 lists completed as the instance boots, EC2 listing the instance's
+    # retirement a week on too (no lifecycle for it on the record yet: AWS Health has not told of it), the node Ready
+    # as the old kubelet left it, its Lease renewed no more
+    cluster, events, ec2, watching, step = watching_after_reboot()
+    retirement = REBOOT_AT + timedelta(days=7)
+    ec2.events = [reboot("instance-retirement", at=retirement)]
+    cluster.leases[NODE] = LAST_RENEWAL
+
+    # When the watch looks
+    outcome, watching = look(step, watching, REBOOT_AT + timedelta(minutes=11))
+
+    # Then the node stays cordoned: the reboot is not taken for moved a week on with the node back
+    assert cluster.cordoned == {NODE}
+    assert not any(reason.startswith("Uncordoned") for _, reason, _ in events.written)
+    assert outcome.again
+
+    # When the rebooted kubelet posts the node's status
+    posted(cluster, "9", boot_id=AFTER)
+    outcome, _ = look(step, watching, REBOOT_AT + timedelta(minutes=12))
+
+    # Then the cordon is lifted until the retirement's drain, whose lifecycle follows on the record
+    assert (outcome.then, outcome.again) == (None, False)
+    assert cluster.cordoned == set()
+    assert (NODE, "UncordonedUntilMaintenance", "Normal") in events.written
+    assert "successor" in outcome.changes["extra"]

@@ -636,12 +636,22 @@ class Cleanup:
         ahead = [event for event in listed if _may_come(event, record, now)]
         back = state == "running" and in_group == "InService" and node.ready
         later = [event.not_before for event in listed if event.not_before > max(record.global_deadline, now)]
-        if not ahead and later:
-            return self._moved(node, record, min(later), back, now)
         kubelet_back = True
         if not ahead and back:
             kubelet_back, extra = self._kubelet_back(node, record, watching["extra"])
             watching = {"extra": extra}
+        if not ahead and later:
+            if (
+                back
+                and not kubelet_back
+                and min(later) - self._maintenance_lead - now
+                > timedelta(seconds=self._maintenance_poll_seconds)
+            ):
+                # A reboot carried out as a later maintenance is listed, which this look takes for a move: lifted
+                # now, the cordon went on the Ready left from before the reboot. The next look's Lease (or boot id)
+                # tells, long before that later maintenance's drain is due.
+                return Outcome.wait(self._maintenance_poll_seconds, **watching)
+            return self._moved(node, record, min(later), back and kubelet_back, now)
         if not ahead and back and kubelet_back:
             return self._lift_told(
                 node,
