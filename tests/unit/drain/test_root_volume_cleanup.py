@@ -166,3 +166,31 @@ def test_a_cleanup_run_late_takes_the_boot_before_the_reboot_from_the_drains_las
     assert (done.then, done.again) == (None, False)
     assert cluster.cordoned == set()
     assert (NODE, "UncordonedAfterRootVolumeReplacement", "Normal") in events.written
+
+
+def test_a_cleanup_run_late_with_no_read_from_before_the_reboot_lifts_the_cordon_once_the_lease_is_renewed() -> (
+    None
+):
+    # Given our node, drained for its instance's root volume replacement, no read of it from before the reboot kept
+    # (NODE_SEEN: none); the cleanup runs late (a crash after the completion, the message delivered again): the
+    # instance is back in service and its rebooted kubelet has posted the node Ready from boot-2, which the cleanup
+    # takes for the boot from before the reboot
+    cluster = cordoned_for_it()
+    cluster.nodes[NODE] = cluster.nodes[NODE].model_copy(update={"boot_id": "boot-2"})
+    cluster.leases[NODE] = T0 + timedelta(minutes=9)
+    autoscaling, events = FakeAutoscaling(states={INSTANCE: "InService"}), FakeEvents()
+    step = cleanup(cluster, FakeSlots(holders={NODE}), autoscaling, events)
+    record = replaced()
+    first = step(record, T0 + timedelta(minutes=10))
+    assert first.again
+    watching = record.model_copy(update=first.changes)
+
+    # When the watch looks again, the kubelet having renewed its Lease since
+    cluster.leases[NODE] = T0 + timedelta(minutes=10, seconds=30)
+    lifted = step(watching, T0 + timedelta(minutes=11))
+
+    # Then the cordon is lifted: that kubelet is alive, its Ready its own (waited for a boot id that came already,
+    # the cordon was kept for two days)
+    assert (lifted.then, lifted.again) == (None, False)
+    assert cluster.cordoned == set()
+    assert (NODE, "UncordonedAfterRootVolumeReplacement", "Normal") in events.written

@@ -101,8 +101,9 @@ ROOT_VOLUME_WATCH_LIMIT = timedelta(days=2, hours=1)
 # record.extra key: the boot id (status.nodeInfo.bootID) its kubelet posted the node's status from before the
 # reboot (see _boot_before): while the node says that one, its Ready is still the old kubelet's
 BOOT_BEFORE = "boot_before"
-# record.extra key: the node's Lease renewTime (NO_LEASE: none) at the first look of a watch (after a maintenance, after
-# a Spot stop) that found the instance back and the node Ready on the boot from before it (see Cleanup._kubelet_back)
+# record.extra key: the node's Lease renewTime (NO_LEASE: none) at the first look of a watch (after a maintenance, a
+# Spot stop, a root volume replacement) that found the instance back and the node Ready on the boot from before it (see
+# Cleanup._kubelet_back)
 LEASE_AT_OVER = "lease_at_over"
 NO_LEASE = "none"
 # Auto Scaling lifecycle states (prefixes) of an instance that is not coming back to its group's service after
@@ -816,7 +817,9 @@ class Cleanup:
 
     def _lift_after_root_volume(self, record: LifecycleRecord, now: datetime) -> Outcome:
         """Lift what this lifecycle set on the node once the instance whose root volume was replaced is back in
-        service with its node Ready, posted by the rebooted kubelet (a boot id other than BOOT_BEFORE): Auto Scaling puts it in service only after its launch hooks let it go
+        service with its node Ready, posted by the rebooted kubelet (a boot id other than BOOT_BEFORE; on the same
+        boot id, a Lease renewed since: see _kubelet_back): Auto Scaling puts it in service only after its launch
+        hooks let it go
         (Pending:Wait once the volume is replaced), the readiness gate's after its rebooted kubelet ran. Until then
         the cordon stays: the reboot is to come, or under way. An instance that goes (a replacement that failed:
         Auto Scaling terminates it; out of its group) keeps it, as a terminated one's does. Only while the node is
@@ -835,8 +838,11 @@ class Cleanup:
         # hook that waits for the kubelet (or with the readiness gate off) the instance is in service moments after
         # the replacement: uncordoned on that Ready, the node took pods while no kubelet ran there. The new boot's
         # id comes in the same status update as the new kubelet's Ready (the kubelet's MachineInfo setter).
-        before = record.extra.get(BOOT_BEFORE)
-        booted = not before or not node.boot_id or node.boot_id != before
+        # (on the same boot id, the Lease tells a kubelet that never stopped: the cleanup read the node only after
+        # the reboot, and took the new boot's id for the old one's; see _kubelet_back)
+        booted, extra = True, watching["extra"]
+        if in_group == "InService" and node.ready:
+            booted, extra = self._kubelet_back(node, record, extra)
         if in_group == "InService" and node.ready and booted:
             return self._lift_told(
                 node,
@@ -856,7 +862,7 @@ class Cleanup:
                 warning=True,
                 after=ROOT_VOLUME_AFTER,
             )
-        return Outcome.wait(self._maintenance_poll_seconds, **watching)
+        return Outcome.wait(self._maintenance_poll_seconds, extra=extra)
 
     def _kept(
         self,
