@@ -332,8 +332,8 @@ class AcquireSlot:
         that finds nothing to do sooner waits for the next (no slot asked for). Not for a lifecycle that took over a
         cordon the one before it on the record kept (its cleanup lifts it): it waits for its due time unlooked, then
         drains; nor when EC2 does not answer: the drain is not held back for a look once due. Asked once per first
-        ask (DescribeInstanceStatus), of a maintenance's drain only: no call of a terminate lifecycle's, nor of a
-        waiter's later asks."""
+        ask (DescribeInstanceStatus), of a maintenance's drain only: no call of a terminate lifecycle's; a waiter's
+        later asks look once per look interval in line (see ``_moved_in_line``)."""
         if self._maintenance is None:
             return None
         if record.slot_waiting_since is not None:
@@ -346,9 +346,7 @@ class AcquireSlot:
             # (EC2 may not list it yet)
             return self._until_due(record, record.global_deadline, now) if early else None
         try:
-            starts = sorted(
-                event.not_before for event in self._maintenance.scheduled_events(record.instance_id)
-            )
+            starts = [event.not_before for event in self._maintenance.scheduled_events(record.instance_id)]
         except TransientError as error:
             log.warning(
                 "whether EC2 still lists the maintenance of %s cannot be told (%s): %s",
@@ -357,20 +355,8 @@ class AcquireSlot:
                 "looked at again" if early else "drained for it",
             )
             return self._until_due(record, record.global_deadline, now) if early else None
-        if starts and starts[0] < record.global_deadline:
-            log.warning(
-                "EC2 lists the maintenance of %s at %s, before %s (moved earlier): its node is drained from %s",
-                record.instance_id,
-                starts[0],
-                record.global_deadline,
-                max(now, starts[0] - self._policy.maintenance_lead),
-            )
-            return self._until_due(record, starts[0], now)
-        if starts and starts[0] == record.global_deadline:
-            return self._until_due(record, starts[0], now) if early else None
-        successor = record.successor
-        following = None if successor is None else successor.global_deadline
-        if not starts or (following is not None and following <= starts[0]):
+        listed = _listed_start(record, starts)
+        if listed is None:
             log.warning(
                 "EC2 lists no maintenance of %s by its start %s (%s; AWS Health told of it at %s): its node is not "
                 "drained for it",
@@ -382,27 +368,50 @@ class AcquireSlot:
                 record.started_at,
             )
             return Outcome.goto(settle_step(record), outcome="maintenance-not-listed")
-        moved = starts[0]
+        if listed < record.global_deadline:
+            log.warning(
+                "EC2 lists the maintenance of %s at %s, before %s (moved earlier): its node is drained from %s",
+                record.instance_id,
+                listed,
+                record.global_deadline,
+                max(now, listed - self._policy.maintenance_lead),
+            )
+            return self._until_due(record, listed, now)
+        if listed == record.global_deadline:
+            return self._until_due(record, listed, now) if early else None
         log.warning(
             "EC2 lists the maintenance of %s at %s, no more at %s (moved): its node is drained from %s",
             record.instance_id,
-            moved,
+            listed,
             record.global_deadline,
-            max(now, moved - self._policy.maintenance_lead),
+            max(now, listed - self._policy.maintenance_lead),
         )
-        return self._until_due(record, moved, now, extra={**record.extra, MAINTENANCE_LISTED: True})
+        return self._until_due(record, listed, now, extra={**record.extra, MAINTENANCE_LISTED: True})
 
     def _moved_in_line(self, record: LifecycleRecord, now: datetime) -> Outcome | None:
-        """A maintenance's lifecycle waiting in the budget's line, timed by an earlier start EC2 now lists; None: it
-        asks as it waits. A customer may move the event earlier while it waits (ModifyInstanceEventStartTime: to any
-        start at least 60 minutes ahead; with a lead time longer than that, hours before the start it waits for), and
-        no AWS Health event tells of it: asked under the old start, its precedence near the action's end (urgent, then
-        forced past the budget) and its drain's cap came after the maintenance had struck. So it looks at EC2 again,
-        once per look interval in line (see policy.MAINTENANCE_LOOK: a waiter asks every BudgetRetrySeconds), at the
-        first ask past each interval since it joined the line (its last ask's commit before it). Only a move earlier
-        is taken: its ask runs again at once under the new start, its place in line kept. A move later or a call-off
-        is not (the drain, due, goes on: its next lifecycle, or the watch after it, sees to the new start), nor an
-        EC2 that does not answer."""
+        """A maintenance's lifecycle waiting in the budget's line whose maintenance EC2 now lists elsewhere, or no
+        more; None: it asks as it waits. No AWS Health event tells of a customer's move of the event
+        (ModifyInstanceEventStartTime: to any start at least 60 minutes ahead, up to its deadline), and Health's update
+        of one called off is closed, which intake takes nothing from. So it looks at EC2 again, once per look interval
+        in line (see policy.MAINTENANCE_LOOK: a waiter asks every BudgetRetrySeconds), at the first ask past each
+        interval since it joined the line (its last ask's commit before it):
+
+        - listed earlier: asked under the old start, its precedence near the action's end (urgent, then forced past
+          the budget) and its drain's cap came after the maintenance had struck. Its ask runs again at once under the
+          new start, its place in line kept.
+        - listed later, its drain still due (a move within the lead time): its place kept too, timed by the new start.
+        - listed later, past its lead time: kept in line, it drained when its turn came, hours or days before the
+          maintenance, a slot taken from the nodes that need one now, and the watch after its drain, finding nothing
+          coming by the old start, lifted the cordon, leaving the node undrained for the new one. It leaves the line
+          (its place given back, and a slot passed on to it meanwhile, which goes to the next waiter) and waits for
+          the new start's lead time, looking at EC2 meanwhile, then joins the line again as any drain come due: a
+          place kept would have held up the waiters behind it. A slot it was passed and gave back is marked given
+          back for the budget's TTL (a late delivery's refusal): a drain due again sooner than that waits it out.
+        - listed no more (called off, or carried out: "[Canceled]", "[Completed]"), or only the next lifecycle's on
+          the record or later: its node is not drained for it (``maintenance-not-listed``), its cleanup gives its
+          place in line back.
+
+        EC2 not answering, it asks as it waits: the drain is not held back for a look once due."""
         maintenance, since = self._maintenance, record.slot_waiting_since
         if maintenance is None or since is None:
             return None
@@ -416,16 +425,56 @@ class AcquireSlot:
                 "whether EC2 moved the maintenance of %s cannot be told (%s)", record.instance_id, error
             )
             return None
-        earlier = min((start for start in starts if start < record.global_deadline), default=None)
-        if earlier is None:
+        listed = _listed_start(record, starts)
+        if listed is None:
+            log.warning(
+                "EC2 lists no maintenance of %s by its start %s (called off while it waits in line): it leaves the "
+                "line, its node not drained for it",
+                record.instance_id,
+                record.global_deadline,
+            )
+            return Outcome.goto(settle_step(record), outcome="maintenance-not-listed")
+        if listed == record.global_deadline:
             return None
+        due = listed - self._policy.maintenance_lead
+        if listed < record.global_deadline or due - now <= EARLY_BY:
+            log.warning(
+                "EC2 lists the maintenance of %s at %s, no more at %s (moved while it waits in line): timed by it, "
+                "its place in line kept",
+                record.instance_id,
+                listed,
+                record.global_deadline,
+            )
+            return self._until_due(record, listed, now)
+        self._leave_line(record)
         log.warning(
-            "EC2 lists the maintenance of %s at %s, before %s (moved earlier while it waits in line): timed by it",
+            "EC2 lists the maintenance of %s at %s, no more at %s (moved later while it waits in line): it leaves "
+            "the line, its node drained from %s",
             record.instance_id,
-            earlier,
+            listed,
             record.global_deadline,
+            due,
         )
-        return self._until_due(record, earlier, now)
+        return self._until_due(
+            record, listed, now, slot_waiting_since=None, extra={**record.extra, MAINTENANCE_LISTED: True}
+        )
+
+    def _leave_line(self, record: LifecycleRecord) -> None:
+        """The waiter's place in line given back (and a slot passed on to it), whom that lets go woken. The budget
+        failing the write, the place is left to expire (a waiter's place not renewed within the holder TTL goes, a
+        slot passed on to it and not renewed too): asked again, a look that found a move later would ask for a slot
+        meanwhile. A refusal (403) is raised, as at the waiter's asks: no wait makes it pass."""
+        node = record.node
+        if node is None:  # (no ask made: no place)
+            return
+        try:
+            woken = self._slots.release(node, record.id, record.token)
+        except TransientError as error:
+            log.warning(
+                "the place in line of node %s cannot be given back (it expires unrenewed): %s", node, error
+            )
+            return
+        _wake(self._dispatcher, woken)
 
     def _until_due(self, record: LifecycleRecord, starts: datetime, now: datetime, **changes: Any) -> Outcome:
         """A maintenance's lifecycle, timed by its start ``starts`` as EC2 lists it, waits for its drain's due time (a
@@ -720,6 +769,20 @@ def _earlier_drain(record: LifecycleRecord) -> LifecycleRecord | None:
             "drain_started_at": datetime.fromisoformat(str(earlier["drain_started_at"])),
         }
     )
+
+
+def _listed_start(record: LifecycleRecord, starts: list[datetime]) -> datetime | None:
+    """The start of the maintenance of ``record`` among the ``starts`` EC2 lists to come for its instance (its own,
+    moved or not, or one before it); None: called off. The first of them, unless none is listed, or only later ones
+    are, the first of them the next lifecycle's on the record (SUCCESSOR) or later: this one was called off, and that
+    one drains in its own time."""
+    first = min(starts, default=None)
+    if first is None or first <= record.global_deadline:
+        return first
+    successor = record.successor
+    if successor is not None and successor.global_deadline <= first:
+        return None
+    return first
 
 
 def _waiting_deadline(record: LifecycleRecord, policy: DrainPolicy) -> datetime:

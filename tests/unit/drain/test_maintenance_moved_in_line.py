@@ -1,0 +1,163 @@
+"""A scheduled maintenance's drain waiting in the budget's line, whose maintenance the customer moves later
+(ModifyInstanceEventStartTime: no AWS Health event tells of it) or EC2 calls off or carries out meanwhile (listed
+"[Canceled]" or "[Completed]", or no more): its look at EC2 in line takes it out of the line. Kept in line, it
+drained the node when its turn came, a slot taken from the nodes that need one: for nothing (called off), or a
+needless disruption hours or days before its maintenance whose cordon the watch after it lifted at once, nothing
+coming by the old start, and nothing drained the node for the new one (moved later)."""
+
+from __future__ import annotations
+
+from datetime import datetime, timedelta
+
+from nodecycle.domain.drain.acquire import AcquireSlot
+from nodecycle.domain.engine import Outcome, advance
+from nodecycle.domain.model import MAINTENANCE_LISTED, SUCCESSOR, LifecycleRecord, Step
+from nodecycle.domain.nodes import NodeFinder
+from nodecycle.domain.policy import MAINTENANCE_LOOK
+from nodecycle.domain.ports.instances import ScheduledEvent
+from tests.support.fakes import T0, FakeMetrics, InMemoryRecords
+from tests.unit.drain.test_drain_steps import (
+    NODE,
+    Ec2Maintenance,
+    FakeCluster,
+    FakeEvents,
+    FakeSlots,
+    NoDns,
+    maintenance,
+    node,
+    policy,
+    wakes_to_nowhere,
+)
+
+LEAD = timedelta(hours=1)  # MaintenanceLeadMinutes' default
+STARTS = T0 + LEAD  # the maintenance's start as intake took it in: its drain is due at T0
+LOOKS = T0 + MAINTENANCE_LOOK + timedelta(seconds=30)  # the waiter's first ask past a look interval in line
+
+
+def listing(*starts: datetime) -> Ec2Maintenance:
+    return Ec2Maintenance(events=[ScheduledEvent(code="system-reboot", not_before=at) for at in starts])
+
+
+def ask(record: LifecycleRecord, ec2: Ec2Maintenance, slots: FakeSlots, now: datetime) -> Outcome:
+    cluster = FakeCluster(nodes={NODE: node()})
+    step = AcquireSlot(
+        finder=NodeFinder(cluster, NoDns()),
+        cluster=cluster,
+        slots=slots,
+        dispatcher=wakes_to_nowhere(),
+        policy=policy(),
+        metrics=FakeMetrics(),
+        events=FakeEvents(),
+        records=InMemoryRecords(),
+        maintenance=ec2,
+    )
+    return step(record, now)
+
+
+def in_line(
+    ec2: Ec2Maintenance, slots: FakeSlots, following: LifecycleRecord | None = None
+) -> LifecycleRecord:
+    """The maintenance's lifecycle after its first ask at its due time (T0) found no room: in line, its ask
+    again due past a look interval; ``following``: the lifecycle queued on its record after it (SUCCESSOR)."""
+    extra: dict[str, object] = {MAINTENANCE_LISTED: True}
+    if following is not None:
+        extra[SUCCESSOR] = following.model_dump(mode="json")
+    record = maintenance(
+        Step.ACQUIRE_SLOT,
+        STARTS,
+        started_at=T0 - timedelta(days=14),
+        received_at=T0 - timedelta(days=14),
+        extra=extra,
+    )
+    outcome = ask(record, ec2, slots, T0)
+    assert outcome.again, outcome
+    assert outcome.changes["slot_waiting_since"] == T0
+    assert len(slots._document().waiters) == 1
+    return advance(record, outcome, T0)
+
+
+def test_a_waiter_whose_maintenance_was_moved_later_leaves_the_line_until_its_new_lead_time() -> None:
+    # Given a reboot's drain waiting in line since its due time, no room in the budget
+    slots, ec2 = FakeSlots(room=0), listing(STARTS)
+    waiting = in_line(ec2, slots)
+
+    # When the customer moves the reboot three days later, and the waiter looks at EC2 at its next ask
+    moved = STARTS + timedelta(days=3)
+    outcome = ask(waiting, listing(moved), slots, LOOKS)
+
+    # Then it leaves the line (its place given back, no slot asked for) and waits for the new start's lead time,
+    # timed by it, looking at EC2 meanwhile
+    assert len(slots.requests) == 1
+    assert slots.released == [NODE]
+    assert len(slots._document().waiters) == 0
+    assert outcome.again
+    assert outcome.delay == MAINTENANCE_LOOK.total_seconds()
+    after = advance(waiting, outcome, LOOKS)
+    assert after.slot_waiting_since is None
+    assert (after.global_deadline, after.heartbeat_deadline) == (moved, moved)
+
+    # ...and at the new lead time it asks again, as any drain come due
+    again = ask(after, listing(moved), slots, moved - LEAD)
+    assert len(slots.requests) == 2
+    assert again.changes["slot_waiting_since"] == moved - LEAD
+
+
+def test_a_waiter_whose_maintenance_was_moved_later_still_due_keeps_its_place() -> None:
+    # Given a reboot's drain waiting in line, moved ten minutes later: its drain is still due
+    slots, ec2 = FakeSlots(room=0), listing(STARTS)
+    waiting = in_line(ec2, slots)
+    later = STARTS + timedelta(minutes=10)
+
+    # When the waiter looks at EC2
+    outcome = ask(waiting, listing(later), slots, LOOKS)
+
+    # Then it keeps its place in line, timed by the new start, and asks again at once
+    assert slots.released == []
+    assert len(slots._document().waiters) == 1
+    assert (outcome.again, outcome.delay) == (True, 0)
+    after = advance(waiting, outcome, LOOKS)
+    assert (after.global_deadline, after.slot_waiting_since) == (later, T0)
+    ask(after, listing(later), slots, LOOKS)
+    assert len(slots.requests) == 2
+
+
+def test_a_waiter_whose_maintenance_was_called_off_leaves_the_line_and_drains_nothing() -> None:
+    # Given a reboot's drain waiting in line
+    slots = FakeSlots(room=0)
+    waiting = in_line(listing(STARTS), slots)
+
+    # When EC2 calls the reboot off (or carries it out) meanwhile: listed no more as pending
+    outcome = ask(waiting, listing(), slots, LOOKS)
+
+    # Then its node is not drained for it: no slot asked for, and its lifecycle goes to its cleanup, which gives
+    # its place in line back
+    assert len(slots.requests) == 1
+    assert outcome.then is Step.CLEANUP
+    assert outcome.changes["outcome"] == "maintenance-not-listed"
+
+
+def test_a_waiter_whose_maintenance_was_called_off_hands_over_to_the_next_one() -> None:
+    # Given a reboot's drain waiting in line, and the instance's retirement a week on queued on the record
+    slots = FakeSlots(room=0)
+    following = maintenance(Step.ACQUIRE_SLOT, STARTS + timedelta(days=7))
+    waiting = in_line(listing(STARTS, STARTS + timedelta(days=7)), slots, following)
+
+    # When the reboot is called off, EC2 listing only the retirement
+    outcome = ask(waiting, listing(STARTS + timedelta(days=7)), slots, LOOKS)
+
+    # Then the reboot's lifecycle ends undrained: the retirement drains in its own time
+    assert len(slots.requests) == 1
+    assert outcome.then is Step.CLEANUP
+    assert outcome.changes["outcome"] == "maintenance-not-listed"
+
+
+def test_a_waiter_looks_at_ec2_once_per_look_interval() -> None:
+    # Given a reboot's drain waiting in line, called off
+    slots = FakeSlots(room=0)
+    waiting = in_line(listing(STARTS), slots)
+
+    # When it asks again before a look interval has passed in line
+    ask(waiting, listing(), slots, T0 + MAINTENANCE_LOOK - timedelta(seconds=30))
+
+    # Then it asks as it waits (EC2 is looked at once per interval: the call is a waiter's, per interval)
+    assert len(slots.requests) == 2
