@@ -129,6 +129,21 @@ def maintenance_look(lead: timedelta) -> timedelta:
     return max(MAINTENANCE_LOOK_LEAST, min(MAINTENANCE_LOOK, lead))
 
 
+# A maintenance's drain waiting in the budget's line looks at EC2's listing of it this many times per lead time (once per
+# MAINTENANCE_LOOK at most, per MAINTENANCE_LOOK_LEAST at least). It stands in line from its due time until its action's
+# end forces it past the budget, a whole drain (its timeout and tail) before the start: with the default drain timeout,
+# about 18 minutes. Looking once per MAINTENANCE_LOOK there, a lead time of half an hour never looked before it was
+# forced, and a maintenance moved later or called off meanwhile was drained all the same.
+MAINTENANCE_LOOKS_IN_LINE = 4
+
+
+def maintenance_look_in_line(lead: timedelta) -> timedelta:
+    """How long a maintenance's drain waiting in the budget's line, drained ``lead`` before its start, waits at most
+    between two looks at EC2's listing of it (see MAINTENANCE_LOOKS_IN_LINE): 15 minutes for the default hour's
+    lead, as before its due time."""
+    return maintenance_look(lead / MAINTENANCE_LOOKS_IN_LINE)
+
+
 def maintenance_next_run(starts: datetime, lead: timedelta, now: datetime) -> datetime:
     """When a maintenance's lifecycle starting at ``starts`` and drained ``lead`` before it runs next: when its drain
     is due (now, when that has passed), or sooner, to look at EC2's listing of it (see maintenance_look)."""

@@ -10,10 +10,11 @@ from __future__ import annotations
 from datetime import datetime, timedelta
 
 from nodecycle.domain.drain.acquire import AcquireSlot
+from nodecycle.domain.drain.common import _full_drain
 from nodecycle.domain.engine import Outcome, advance
 from nodecycle.domain.model import MAINTENANCE_LISTED, SUCCESSOR, LifecycleRecord, Step
 from nodecycle.domain.nodes import NodeFinder
-from nodecycle.domain.policy import MAINTENANCE_LOOK
+from nodecycle.domain.policy import MAINTENANCE_LOOK, DrainPolicy
 from nodecycle.domain.ports.instances import ScheduledEvent
 from tests.support.fakes import T0, FakeMetrics, InMemoryRecords
 from tests.unit.drain.test_drain_steps import (
@@ -38,14 +39,20 @@ def listing(*starts: datetime) -> Ec2Maintenance:
     return Ec2Maintenance(events=[ScheduledEvent(code="system-reboot", not_before=at) for at in starts])
 
 
-def ask(record: LifecycleRecord, ec2: Ec2Maintenance, slots: FakeSlots, now: datetime) -> Outcome:
+def ask(
+    record: LifecycleRecord,
+    ec2: Ec2Maintenance,
+    slots: FakeSlots,
+    now: datetime,
+    drain_policy: DrainPolicy | None = None,
+) -> Outcome:
     cluster = FakeCluster(nodes={NODE: node()})
     step = AcquireSlot(
         finder=NodeFinder(cluster, NoDns()),
         cluster=cluster,
         slots=slots,
         dispatcher=wakes_to_nowhere(),
-        policy=policy(),
+        policy=drain_policy or policy(),
         metrics=FakeMetrics(),
         events=FakeEvents(),
         records=InMemoryRecords(),
@@ -161,3 +168,32 @@ def test_a_waiter_looks_at_ec2_once_per_look_interval() -> None:
 
     # Then it asks as it waits (EC2 is looked at once per interval: the call is a waiter's, per interval)
     assert len(slots.requests) == 2
+
+
+def test_a_waiter_with_a_lead_time_of_half_an_hour_looks_at_ec2_before_it_is_forced() -> None:
+    # Given a stack draining maintenance half an hour before its start, a drain taking up to about 18 minutes
+    # (DrainTimeoutSeconds 600 and its tail): a waiter stands in line from its due time until it is forced past the
+    # budget some 12 minutes later
+    short = policy(maintenance_lead_minutes="30")
+    starts = T0 + timedelta(minutes=30)
+    slots = FakeSlots(room=0)
+    record = maintenance(
+        Step.ACQUIRE_SLOT,
+        starts,
+        started_at=T0 - timedelta(days=14),
+        received_at=T0 - timedelta(days=14),
+        extra={MAINTENANCE_LISTED: True},
+    )
+    waiting = advance(record, ask(record, listing(starts), slots, T0, short), T0)
+    assert waiting.slot_waiting_since == T0
+    assert starts - _full_drain(short) > T0 + timedelta(minutes=11)  # (when it is forced)
+
+    # When EC2 calls the maintenance off, and the waiter asks eight minutes on, well before it is forced
+    now = T0 + timedelta(minutes=8)
+    outcome = ask(waiting, listing(), slots, now, short)
+
+    # Then it has looked, and leaves the line undrained: a look once per MAINTENANCE_LOOK (15 minutes) came after
+    # it was forced, so never while it stood in line
+    assert outcome.then is Step.CLEANUP
+    assert outcome.changes["outcome"] == "maintenance-not-listed"
+    assert len(slots.requests) == 1

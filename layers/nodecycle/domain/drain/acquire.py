@@ -43,7 +43,7 @@ from nodecycle.domain.model import (
     record_id,
 )
 from nodecycle.domain.nodes import NODE_NAME, PRIVATE_DNS, NodeFinder
-from nodecycle.domain.policy import DrainPolicy, maintenance_look, maintenance_next_run
+from nodecycle.domain.policy import DrainPolicy, maintenance_look_in_line, maintenance_next_run
 from nodecycle.domain.ports.budget import Slots
 from nodecycle.domain.ports.cluster import Cluster, Events, Refused
 from nodecycle.domain.ports.instances import ScheduledEvents
@@ -393,8 +393,8 @@ class AcquireSlot:
         more; None: it asks as it waits. No AWS Health event tells of a customer's move of the event
         (ModifyInstanceEventStartTime: to any start at least 60 minutes ahead, up to its deadline), and Health's update
         of one called off is closed, which intake takes nothing from. So it looks at EC2 again, once per look interval
-        in line (see policy.MAINTENANCE_LOOK: a waiter asks every BudgetRetrySeconds), at the first ask past each
-        interval since it joined the line (its last ask's commit before it):
+        in line (see policy.MAINTENANCE_LOOKS_IN_LINE: a waiter asks every BudgetRetrySeconds), at the first ask past
+        each interval since it joined the line (its last ask's commit before it):
 
         - listed earlier: asked under the old start, its precedence near the action's end (urgent, then forced past
           the budget) and its drain's cap came after the maintenance had struck. Its ask runs again at once under the
@@ -415,7 +415,7 @@ class AcquireSlot:
         maintenance, since = self._maintenance, record.slot_waiting_since
         if maintenance is None or since is None:
             return None
-        look = maintenance_look(self._policy.maintenance_lead)
+        look = maintenance_look_in_line(self._policy.maintenance_lead)
         if (now - since) // look <= max(record.updated_at - since, timedelta()) // look:
             return None
         try:
