@@ -7,18 +7,24 @@ coming by the old start, and nothing drained the node for the new one (moved lat
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
 from datetime import datetime, timedelta
+
+import pytest
 
 from nodecycle.domain.drain.acquire import AcquireSlot
 from nodecycle.domain.drain.common import _full_drain
 from nodecycle.domain.engine import Outcome, advance
-from nodecycle.domain.model import MAINTENANCE_LISTED, SUCCESSOR, LifecycleRecord, Step
+from nodecycle.domain.model import EC2, MAINTENANCE_LISTED, SUCCESSOR, WARM_POOL, LifecycleRecord, Step
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.policy import MAINTENANCE_LOOK, DrainPolicy
+from nodecycle.domain.ports.cluster import NodeInfo
 from nodecycle.domain.ports.instances import ScheduledEvent
 from tests.support.fakes import T0, FakeMetrics, InMemoryRecords
 from tests.unit.drain.test_drain_steps import (
     NODE,
+    OWNER,
     Ec2Maintenance,
     FakeCluster,
     FakeEvents,
@@ -27,6 +33,7 @@ from tests.unit.drain.test_drain_steps import (
     maintenance,
     node,
     policy,
+    terminating,
     wakes_to_nowhere,
 )
 
@@ -45,8 +52,11 @@ def ask(
     slots: FakeSlots,
     now: datetime,
     drain_policy: DrainPolicy | None = None,
+    *,
+    found: NodeInfo | None = None,
+    records: InMemoryRecords | None = None,
 ) -> Outcome:
-    cluster = FakeCluster(nodes={NODE: node()})
+    cluster = FakeCluster(nodes={NODE: found or node()})
     step = AcquireSlot(
         finder=NodeFinder(cluster, NoDns()),
         cluster=cluster,
@@ -55,7 +65,7 @@ def ask(
         policy=drain_policy or policy(),
         metrics=FakeMetrics(),
         events=FakeEvents(),
-        records=InMemoryRecords(),
+        records=records or InMemoryRecords(),
         maintenance=ec2,
     )
     return step(record, now)
@@ -196,4 +206,72 @@ def test_a_waiter_with_a_lead_time_of_half_an_hour_looks_at_ec2_before_it_is_for
     # it was forced, so never while it stood in line
     assert outcome.then is Step.CLEANUP
     assert outcome.changes["outcome"] == "maintenance-not-listed"
+    assert len(slots.requests) == 1
+
+
+def _terminate(destination: str | None = EC2) -> LifecycleRecord:
+    """The group's termination of the instance, taken in while its maintenance waits (its drain begun)."""
+    return terminating(
+        Step.EVICT,
+        global_deadline=T0 + timedelta(hours=2),
+        heartbeat_deadline=T0 + timedelta(hours=1),
+        destination=destination,
+        node=NODE,
+        drain_started_at=T0 - timedelta(minutes=1),
+    )
+
+
+def _claimed_by(lifecycle: LifecycleRecord) -> NodeInfo:
+    """The node as the lifecycle's cordon leaves it: claimed for it, cordoned."""
+    progress = {
+        "instance": lifecycle.instance_id,
+        "transition": lifecycle.transition.short,
+        "token": lifecycle.token,
+    }
+    # (a new resource version: the waiter's ask reads the node whole again, not as its last ask saw it)
+    return node(owner=OWNER, in_progress=json.dumps(progress), unschedulable=True, resource_version="8")
+
+
+def _released_for(lifecycle: LifecycleRecord) -> NodeInfo:
+    """The node as the lifecycle's cleanup leaves it, its instance going: cordoned, released for it."""
+    return node(
+        owner=None, in_progress=None, released_for=lifecycle.id, unschedulable=True, resource_version="9"
+    )
+
+
+@pytest.mark.parametrize("drained", [_claimed_by, _released_for], ids=["draining", "drained"])
+def test_a_maintenance_whose_instance_the_group_terminates_leaves_its_node_to_that_drain(
+    drained: Callable[[LifecycleRecord], NodeInfo],
+) -> None:
+    # Given the group terminating the instance (scaled in) while its reboot's drain waits: the terminate lifecycle
+    # drains its node, or drained it and completed its action (the instance goes for good)
+    terminate = _terminate()
+    records = InMemoryRecords()
+    records.create(terminate)
+    slots = FakeSlots(room=1)
+    waiting = in_line(listing(STARTS), FakeSlots(room=0))
+
+    # When the reboot's drain asks for its slot, EC2 listing the reboot still (a terminating instance runs until its
+    # hook completes)
+    outcome = ask(waiting, listing(STARTS), slots, LOOKS, found=drained(terminate), records=records)
+
+    # Then it drains nothing of its own: no slot asked for (one granted after the termination's drain was a second
+    # drain of the node, a slot taken from the nodes that need one), its lifecycle ends
+    assert slots.requests == []
+    assert outcome.then is Step.CLEANUP
+    assert outcome.changes["outcome"] == "drained-by:terminate"
+
+
+def test_a_maintenance_whose_instance_goes_to_its_warm_pool_still_drains() -> None:
+    # Given the instance scaled in to its warm pool (it stops, and comes back) while its reboot's drain waits
+    terminate = _terminate(destination=WARM_POOL)
+    records = InMemoryRecords()
+    records.create(terminate)
+    slots = FakeSlots(room=1)
+    waiting = in_line(listing(STARTS), FakeSlots(room=0))
+
+    # When the reboot's drain asks, the pool's drain over
+    ask(waiting, listing(STARTS), slots, LOOKS, found=_released_for(terminate), records=records)
+
+    # Then it asks for its slot as before: EC2's listing says whether the stop carried the reboot out
     assert len(slots.requests) == 1

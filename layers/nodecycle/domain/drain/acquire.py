@@ -37,15 +37,17 @@ from nodecycle.domain.model import (
     EARLIER_DRAIN,
     KEPT_ON_NODE,
     MAINTENANCE_LISTED,
+    WARM_POOL,
     LifecycleRecord,
     Step,
     Transition,
+    parse_record_id,
     record_id,
 )
 from nodecycle.domain.nodes import NODE_NAME, PRIVATE_DNS, NodeFinder
 from nodecycle.domain.policy import DrainPolicy, maintenance_look_in_line, maintenance_next_run
 from nodecycle.domain.ports.budget import Slots
-from nodecycle.domain.ports.cluster import Cluster, Events, Refused
+from nodecycle.domain.ports.cluster import Cluster, Events, NodeInfo, Refused
 from nodecycle.domain.ports.instances import ScheduledEvents
 from nodecycle.domain.ports.lifecycle import RecordStore
 from nodecycle.domain.ports.runtime import Metrics
@@ -202,6 +204,10 @@ class AcquireSlot:
         if whole:  # (kept for the next read of it: the next ask, the cordon)
             extra = _seen(extra, node)
         found: dict[str, Any] = {"node": node.name, "node_uid": node.uid, "zone": node.zone, "extra": extra}
+        if record.transition is Transition.SCHEDULED_CHANGE and self._terminated(record, node):
+            return Outcome.goto(
+                settle_step(record), outcome=f"drained-by:{Transition.TERMINATING.short}", **found
+            )
         foreign = node.owner not in (None, record.owner)
         request = _slot_request(record, node.name, node.zone, **_precedence(record, now, self._policy))
         # (its place in line, which a ConfigMap created again lost: see SlotRequest.waiting_since)
@@ -484,6 +490,34 @@ class AcquireSlot:
         if starts != record.global_deadline:
             changes = {**changes, "global_deadline": starts, "heartbeat_deadline": starts}
         return Outcome.wait(wait.total_seconds(), **changes)
+
+    def _terminated(self, record: LifecycleRecord, node: NodeInfo) -> bool:
+        """Whether the group terminates the instance of a maintenance's lifecycle: a terminate lifecycle of this owner
+        and instance claims its node (drains it), or released it (drained it, its action completed), its instance
+        leaving for good (not for its warm pool, from which it comes back). Its drain is the node's: the maintenance's
+        own, asked for while it waited (in line, or for its due time), was a second drain of the node, a slot taken
+        from the nodes that need one once the first gave its own back (a terminating instance runs, and EC2 lists
+        its maintenance, until its hook completes). Its record read only for a node so marked: no read on a drain's
+        way otherwise."""
+        for named in {node.lifecycle, node.released_for} - {None, record.id}:
+            try:
+                instance_id, transition, _ = parse_record_id(str(named))
+            except ValueError:
+                continue
+            if instance_id != record.instance_id or transition is not Transition.TERMINATING:
+                continue
+            terminate = self._records.get(str(named))
+            if terminate is None or terminate.owner != record.owner or terminate.destination == WARM_POOL:
+                continue
+            log.info(
+                "instance %s is terminated by its group (lifecycle %s drains node %s): not drained for its %s",
+                record.instance_id,
+                named,
+                node.name,
+                record.transition.short,
+            )
+            return True
+        return False
 
     def _unread(self, record: LifecycleRecord, error: TransientError | Refused, now: datetime) -> Outcome:
         """The API server fails the read of the node (an etcd that times out, 5xx, throttling) or refuses it (RBAC:
