@@ -115,7 +115,8 @@ class AwsFaults(Injector):
             kinds = (*kinds, *AWS_CONFLICT_KINDS)
         if service == "autoscaling" and not operation.startswith("Describe"):
             kinds = (*kinds, *AUTOSCALING_CONTENTION_KINDS)
-        fault = self.draw(kinds, name, " ".join((name, *_instances(environ))))
+        named = _record_instances(environ) if service == "dynamodb" else _instances(environ)
+        fault = self.draw(kinds, name, " ".join((name, *named)))
         if fault is None:
             return None
         if fault.kind == "dynamodb-conflict" and operation == "TransactWriteItems":
@@ -234,6 +235,20 @@ def _instances(environ: dict[str, Any]) -> list[str]:
     which action was refused, so the judges can tell a drain from its completion's retries."""
     form = _form(environ)
     return [value for key, values in form.items() if key.startswith("InstanceId") for value in values]
+
+
+# A lifecycle record's id (and its claim's) begins with its instance's: "i-0123456789abcdef0/terminate/<token>"
+_RECORD_ID = re.compile(r'"S"\s*:\s*"(i-[0-9a-f]{8,17})[/"]')
+
+
+def _record_instances(environ: dict[str, Any]) -> list[str]:
+    """The instances whose lifecycle records a DynamoDB request names (its items' and keys' ids), each once: the
+    firing says whose write was refused, so the judges can tell a completer's claim left standing (its record's
+    commit denied after the claim) from a refusal of another lifecycle's. The body is put back for moto."""
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    body = environ["wsgi.input"].read(length) if length else b""
+    environ["wsgi.input"] = io.BytesIO(body)
+    return list(dict.fromkeys(_RECORD_ID.findall(body.decode("utf-8", "replace"))))
 
 
 _FORM = "nodecycle_sandbox.form"  # the parsed body, kept in the request's environ: read once

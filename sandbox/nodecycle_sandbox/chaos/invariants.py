@@ -70,6 +70,14 @@ LOST_MESSAGE_COST = SWEEP_INTERVAL + RESUME_GRACE + 1.0
 # invocation it killed.
 KILLED_COMPLETER_COST = 60.0 + 5.0
 COMPLETERS = frozenset({"DrainFunction", "EipFunction", "SweeperFunction"})
+# The DynamoDB writes whose denial leaves a completer's claim standing as a kill does: its claimed record's commit (what
+# its call did, or the claim withdrawn), or the state-change record its completion writes before the call, refused
+# (AccessDenied: not retried, the message fails). Nothing can take the claim back then; it is held for the same
+# KILLED_COMPLETER_COST. The firing names the instances of the records written (aws/faults.py), so only a denial of
+# the drain's own records excuses it.
+RECORD_WRITES = frozenset(
+    {"dynamodb.PutItem", "dynamodb.UpdateItem", "dynamodb.DeleteItem", "dynamodb.TransactWriteItems"}
+)
 # What an outage of one of those functions in the drain's own stack costs it (chaos/outages.py: its event source
 # mapping disabled, its role without its policy): while it lasts no step of the drain can run, nor its completion
 # (the node stays cordoned, rightly holding its slot), so the overlap of its window with the drain's span; then a
@@ -648,6 +656,7 @@ def _slot_held(o: Observation) -> Iterator[Violation]:
     held_up = _deliveries_held_up(o)
     deletes_failed = _deletes_failed(o)
     kills = [o.acting_at + f.at for f in o.firings if f.kind == "worker-kill" and f.detail in COMPLETERS]
+    writes_denied = _record_writes_denied(o)
     stalled = _stalled(o)
     for action in o.actions:
         node = nodes.get(action.instance_id)
@@ -667,7 +676,9 @@ def _slot_held(o: Observation) -> Iterator[Violation]:
         excused = sum(cost for at, cost in held_up.get(action.instance_id, ()) if began <= at <= ended)
         if any(began <= at <= ended for at in deletes_failed.get(node, ())):
             excused += FORCED_DELETE_SLACK
-        if any(began <= at <= ended for at in kills):
+        if any(began <= at <= ended for at in kills) or any(
+            began <= at <= ended for at in writes_denied.get(action.instance_id, ())
+        ):
             excused += KILLED_COMPLETER_COST
         for begin, end in stalled.get(o.groups.get(action.group, ""), ()):
             if begin <= ended and end >= began:
@@ -686,6 +697,18 @@ def _slot_held(o: Observation) -> Iterator[Violation]:
                 f"{node}{dead} held its slot {held:.0f}s (limit {limit:.0f}s{late}); its action was completed "
                 f"{finished:.0f}s after the {start}",
             )
+
+
+def _record_writes_denied(o: Observation) -> dict[str, list[float]]:
+    """Instance -> when a DynamoDB write of its lifecycle records was denied (see RECORD_WRITES)."""
+    found: dict[str, list[float]] = {}
+    for firing in o.firings:
+        operation, *instances = firing.detail.split()
+        if firing.kind != "aws-denied" or operation not in RECORD_WRITES:
+            continue
+        for instance in instances:
+            found.setdefault(instance, []).append(o.acting_at + firing.at)
+    return found
 
 
 def _stalled(o: Observation) -> dict[str, list[tuple[float, float]]]:

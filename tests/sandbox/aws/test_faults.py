@@ -111,6 +111,20 @@ def test_a_refused_lifecycle_call_names_its_instance(endpoint: str) -> None:
     assert [f.detail for f in FAULTS.firings()] == ["autoscaling.CompleteLifecycleAction i-0123456789abcdef0"]
 
 
+def test_a_denied_write_of_a_lifecycle_record_names_its_instance(endpoint: str) -> None:
+    # Given DynamoDB's writes denied to the function
+    FAULTS.arm_for([Fault("d", "aws-denied", target="dynamodb.PutItem")], seed=1, callers=[FUNCTION_KEY])
+
+    # When it writes the lifecycle record of one instance (its id names the instance first)
+    with pytest.raises(ClientError):
+        _client(endpoint, "dynamodb").put_item(
+            TableName="records", Item={"id": {"S": "i-0123456789abcdef0/terminate/tok"}, "seq": {"N": "9"}}
+        )
+
+    # Then the books say whose record was refused (the judges tell a completer's claim left standing from another's)
+    assert [f.detail for f in FAULTS.firings()] == ["dynamodb.PutItem i-0123456789abcdef0"]
+
+
 def test_botocore_retries_a_throttled_call_that_then_succeeds(endpoint: str) -> None:
     # Given one throttled SendMessage
     sqs = _client(endpoint, "sqs")
