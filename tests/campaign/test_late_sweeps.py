@@ -53,9 +53,12 @@ class _Sqs:
         return {"Attributes": {"ApproximateNumberOfMessagesDelayed": str(count)}}
 
 
-def _late_sweep(waiting: list[int], queued: int = 0) -> tuple[list[Any], list[str]]:
+def _late_sweep(
+    waiting: list[int], queued: int = 0, intake_travel: float = 0.0
+) -> tuple[list[Any], list[str]]:
     """The late sweep of a fake world; ``queued``: older sweeps queued behind the sweeper's concurrency of one, which
-    end, one a look, after it is fired and before it does."""
+    end, one a look, after it is fired and before it does; ``intake_travel``: how far the world moved the intake's
+    clock for the intake messages it delivered again early (see ScenarioRun._redeliver_retried)."""
     events: list[Any] = []
     faults = _Faults(events)
     ended: list[SimpleNamespace] = []  # the sweeps' invocations, as the journal tells them once they end
@@ -83,6 +86,7 @@ def _late_sweep(waiting: list[int], queued: int = 0) -> tuple[list[Any], list[st
     run.world = SimpleNamespace(runners={"a": runner})  # type: ignore[assignment]
     run.scenario = SimpleNamespace(stacks=("a",))  # type: ignore[assignment]
     run.box = SimpleNamespace(runner_faults=faults, client=lambda service: sqs)  # type: ignore[assignment]
+    run.intake_travel = intake_travel
     left = run._late_sweep(3600.0)
     return events, left
 
@@ -186,3 +190,26 @@ def test_a_late_sweep_waits_for_its_own_sweep_not_an_older_one_that_ends_meanwhi
         "disarmed",
     ]
     assert left == []
+
+
+def test_work_the_product_delayed_for_the_intakes_own_time_travel_is_waited_for_as_long_before_a_late_sweep(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    monkeypatch.setattr(world, "LATE_SWEEP_LOOK", 0.01)
+    monkeypatch.setattr(world, "WORK_UNDER_WAY_SETTLE", 0.05)
+    # Given stack a's work queue holding a message for its first twenty looks (longer than the wait for the work under
+    # way), then none
+    # When the world had delivered retried intake messages early, the intake's clock moved 30 s ahead for them: the
+    # lifecycle an intake took in so is dated that far ahead, and the drain function, its clock not moved, sent its
+    # first step again delayed by as much (seed 307's scenario 4: a forged terminate taken in 116 s ahead, its step
+    # delayed 116 s in a's DrainQueue, past the 90 s wait; the late sweeps never ran and the address whose lock was
+    # lifted was judged leaked)
+    events, left = _late_sweep([1] * 20 + [0, 0], intake_travel=30.0)
+
+    # Then the late sweep waited for it, as long as the world moved the intake's clock on, and ran
+    assert left == []
+    assert "swept" in events
+
+    # And without that time travel the same wait is told as work that did not settle
+    _events, left = _late_sweep([1] * 20 + [0, 0])
+    assert left[0] == "the work under way before the late sweep (+3600 s) not settled in 0s"
