@@ -25,12 +25,17 @@ from tests.integration.lifecycle.harness import (
 
 pytestmark = pytest.mark.slow
 
-HEARTBEAT_TIMEOUT = 20  # the hook's when the action starts (its record's)
+HEARTBEAT_TIMEOUT = 16  # the hook's when the action starts (its record's)
 LOWERED = 8  # the hook's once an operator lowered it (above the 7 s a 2 s sweep and a 5 s margin need)
+# How long the action is watched from its start: the record's timeout, then two lowered ones. A sweeper that times
+# its heartbeats by the record's timeout lets the action lapse by then: its first heartbeat comes by the record's
+# timeout (11 s in, a margin before it, give or take a sweep), and extends the action by the lowered 8 s, while its
+# next comes the record's 11 s later; the action lapses some 19 to 24 s in, the watch ends 32 s in.
+WATCHED = HEARTBEAT_TIMEOUT + 2 * LOWERED
 
 
 def test_a_stalled_action_is_kept_alive_by_its_hooks_lowered_timeout() -> None:
-    # Given hooks with a 20 s heartbeat timeout, a sweeper every 2 s, and the drain function's queue stalled
+    # Given hooks with a 16 s heartbeat timeout, a sweeper every 2 s, and the drain function's queue stalled
     with swept_every_two_seconds(HEARTBEAT_TIMEOUT) as sandbox:
         victim = sorted(sandbox.asg.in_state("InService"))[0]
         node = node_of(sandbox, victim)
@@ -51,9 +56,9 @@ def test_a_stalled_action_is_kept_alive_by_its_hooks_lowered_timeout() -> None:
             DefaultResult="CONTINUE",
         )
 
-        # Then, through two of the record's heartbeat timeouts, the action is kept alive (a heartbeat at least every
-        # lowered timeout), never ended by the hook's default result, and nothing was disrupted meanwhile
-        until = action.started_at + 2 * HEARTBEAT_TIMEOUT
+        # Then, through the record's heartbeat timeout and two lowered ones, the action is kept alive (a heartbeat at
+        # least every lowered timeout), never ended by the hook's default result, and nothing was disrupted meanwhile
+        until = action.started_at + WATCHED
         while time.time() < until:
             now = terminate_action(sandbox, victim)
             assert now is not None
