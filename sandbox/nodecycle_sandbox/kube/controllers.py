@@ -122,6 +122,13 @@ class Controllers:
             str, float
         ] = {}  # node -> when the controller notices its kubelet is gone
         self._stopped: set[str] = set()  # nodes whose instance is stopped: tainted shutdown once NotReady
+        # How long after its instance booted (a reboot, a start) a kubelet first posts its node's status, its Lease
+        # renewed from the start: the kubelet starts its node Lease controller beside its status loop (kubelet.go,
+        # Kubelet.Run), and the first status post waits for the kubelet's registration and the status setters'
+        # inputs (cadvisor's machine info, the runtime's state), so a rebooted kubelet may renew its Lease while the
+        # node still shows the Ready and bootID left from before the reboot. 0: both at once.
+        self.boot_status_lag = 0.0
+        self._boot_status_at: dict[str, float] = {}  # node -> when its booted kubelet first posts status
         self._static_pods: dict[str, list[StaticPod]] = {}
 
     # --- hooks for the sandbox's helpers ------------------------------------------------------------
@@ -142,6 +149,7 @@ class Controllers:
                 raise LookupError(f"no node {name!r}")
             self._kubelet.kill(name)
             self._node_ready_at.pop(name, None)
+            self._boot_status_at.pop(name, None)  # (gone before its first status post)
             self._kubelet_lost_at[name] = time.monotonic() + grace
 
     def hang_runtime(self, name: str, hung: bool) -> None:
@@ -160,6 +168,7 @@ class Controllers:
             self._stopped.add(name)
             self._kubelet.kill(name)
             self._node_ready_at.pop(name, None)
+            self._boot_status_at.pop(name, None)  # (gone before its first status post)
             if node_ready(node):
                 self._kubelet_lost_at.setdefault(name, time.monotonic() + grace)
             elif name not in self._kubelet_lost_at:
@@ -175,7 +184,14 @@ class Controllers:
             self._stopped.discard(name)
             if self._store.get(NODES, "", name) is None:
                 return False
-            self.revive_kubelet(name, booted=True)
+            if self.boot_status_lag > 0:
+                # Its Lease renewed from now on (the node lifecycle controller takes a renewed Lease for a live
+                # kubelet: no Unknown comes), its status (Ready, the new bootID) posted only later
+                self._kubelet.revive(name)
+                self._kubelet_lost_at.pop(name, None)
+                self._boot_status_at[name] = time.monotonic() + self.boot_status_lag
+            else:
+                self.revive_kubelet(name, booted=True)
             node = self._store.get(NODES, "", name)
             assert node is not None  # (under the lock since it was found)
             updated = node_lifecycle.started(node)
@@ -192,6 +208,7 @@ class Controllers:
                 raise LookupError(f"no node {name!r}")
             self._kubelet.revive(name)
             self._kubelet_lost_at.pop(name, None)
+            self._boot_status_at.pop(name, None)
             updated = node_lifecycle.reachable(node, time.time(), booted=booted)
             if updated != node:
                 self._store.write(NODES, updated, verb="update", source=SANDBOX, resource="nodes/status")
@@ -265,7 +282,17 @@ class Controllers:
                     lost = node_lifecycle.shut_down(lost, time.time())
                 self._store.write(NODES, lost, verb="update", source=SANDBOX, resource="nodes/status")
                 changed = True
-        ready_due = min(self._node_ready_at.values(), default=None)
+        for name, due in list(self._boot_status_at.items()):
+            if mono < due:
+                continue
+            del self._boot_status_at[name]
+            node = self._store.get(NODES, "", name)
+            if node is not None and self._kubelet.alive_on(name):
+                posted = node_lifecycle.reachable(node, time.time(), booted=True)
+                self._store.write(NODES, posted, verb="update", source=SANDBOX, resource="nodes/status")
+                posted_ready.add(name)
+                changed = True
+        ready_due = min((*self._node_ready_at.values(), *self._boot_status_at.values()), default=None)
         return changed, ready_due, min(self._kubelet_lost_at.values(), default=None)
 
     def _write_node_ready(self, node: JsonObj, ready: bool) -> bool:

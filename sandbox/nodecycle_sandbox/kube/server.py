@@ -415,6 +415,15 @@ class KubeServer:
         self._controllers.hang_runtime(name, hung)
         self._poke()
 
+    def set_boot_status_lag(self, seconds: float) -> None:
+        """How long after its instance booted (a reboot, a start) a kubelet first posts its node's status (Ready,
+        the new boot's bootID), its Lease renewed meanwhile, as a real kubelet's may be (see
+        Controllers.boot_status_lag). 0, the default: both at once."""
+        if seconds < 0:
+            raise ValueError(f"boot status lag must not be negative, got {seconds}")
+        self._controllers.boot_status_lag = seconds
+        self._poke()
+
     def revive_kubelet(self, name: str) -> None:
         """The kubelet is back: it renews its Lease, the node posts Ready again and its pods' deletions
         proceed."""
