@@ -42,6 +42,10 @@ CLOCK_SKEW = timedelta(seconds=5)
 # whose start cannot judge the kubelet's stamps (see _timed_by_intake).
 LEASE_SEEN = "lease_seen"
 NO_LEASE = "none"
+# record.extra key: the node's boot id (status.nodeInfo.bootID) at the gate's first read (NO_BOOT for none), kept for a
+# launch whose node outlived its instance's reboot (see _posted_since_the_reboot)
+BOOT_SEEN = "boot_seen"
+NO_BOOT = "none"
 # A Ready node may not take pods yet: it still carries a taint that a controller or an agent lifts once the node is
 # set up. Kubernetes' own: the node lifecycle controller's not-ready (the API server's TaintNodesByCondition puts it
 # on every new node; the controller lifts it a node monitor period or more after the kubelet posts Ready),
@@ -332,9 +336,21 @@ class ReadinessGate:
             )
             return True
         if record.back_from_root_volume_replacement or _older_than_its_launch(node, record):
-            # (the first read's Lease may be the last renewal of the kubelet from before the reboot: never enough)
-            if _renewed_since_first_read(renewed, record, extra, first_read_counts_from=None):
+            # (the first read's Lease may be the last renewal of the kubelet from before the reboot: never enough; and a
+            # renewal since is the rebooted kubelet's, but its Ready is not, until it posted the node's status)
+            renewed_since = _renewed_since_first_read(renewed, record, extra, first_read_counts_from=None)
+            posted = _posted_since_the_reboot(node, record, extra)
+            if posted and renewed_since:
                 return True
+            if renewed_since:
+                log.info(
+                    "node %s says Ready and its Lease is renewed, but its kubelet has not posted its status since its "
+                    "instance rebooted (boot id %s, heartbeat %s): waiting for it",
+                    node.name,
+                    node.boot_id,
+                    node.ready_heartbeat_at,
+                )
+                return False
         elif _timed_by_intake(record):
             # (at the first read, a renewal since both the launch's start and this look counts)
             if _renewed_since_first_read(
@@ -416,6 +432,30 @@ def _renewed_since_first_read(
             and renewed >= first_read_counts_from - CLOCK_SKEW
         )
     return renewed is not None and stamp != seen
+
+
+def _posted_since_the_reboot(node: NodeInfo, record: LifecycleRecord, extra: dict[str, object]) -> bool:
+    """Whether the Ready of a node that outlived its instance's reboot (a root volume replacement, a warm pool's
+    instance started again: see _older_than_its_launch) is the rebooted kubelet's own: its status posted since. A
+    kubelet that starts runs its node Lease controller beside its status loop (kubelet.go, Kubelet.Run), so it may
+    renew the Lease before its first status update, which waits for the kubelet's registration and the status
+    setters' inputs; meanwhile the node says Ready as the old kubelet left it (a renewed Lease keeps the node
+    lifecycle controller from marking it Unknown), and a renewal alone opened the gate: the launch completed, the
+    instance put in service and an instance refresh gone on to its next instance, while this one's node did not run.
+    The rebooted kubelet's update carries the new boot's id and a new heartbeat in its Ready condition (the kubelet's
+    MachineInfo and ReadyCondition setters, pkg/kubelet/nodestatus): a boot id other than at the gate's first read
+    (BOOT_SEEN), or a heartbeat since the launch began (the reboot comes before the launch action: the old kubelet
+    posted none since; for a kubelet back before the gate's first read). A kubelet back even before the launch
+    began is seen at its next status report (5 minutes at most). A node that tells neither (no bootID, no
+    heartbeat) leaves the Lease alone to tell, as before."""
+    seen = record.extra.get(BOOT_SEEN)
+    if seen is None:
+        extra[BOOT_SEEN] = node.boot_id or NO_BOOT
+    elif node.boot_id and node.boot_id != seen:
+        return True
+    if node.ready_heartbeat_at is not None:
+        return node.ready_heartbeat_at >= record.started_at
+    return node.boot_id is None
 
 
 def _timed_by_intake(record: LifecycleRecord) -> bool:

@@ -98,6 +98,55 @@ def launched_back_after_the_reboot(sandbox: Sandbox, timeline: RefreshTimeline, 
         assert launch.finished_at >= back_at
 
 
+# How long after its instance booted from the new root volume the test below's kubelet first posts its node's status,
+# its Lease renewed from the boot on: shorter than the node monitor's grace (40 s), through which the node stays Ready
+# as the old kubelet left it (a renewed Lease keeps it so), and longer than the gate's polls (1 s)
+STATUS_LAG_SECONDS = 8.0
+
+
+def test_a_launch_back_from_a_root_volume_replacement_waits_for_the_rebooted_kubelets_status_not_its_lease() -> (
+    None
+):
+    with running(size=2, hooks=HOOKS) as sandbox:
+        # Given kubelets that, booted again, renew their Lease at once but post their node's status 8 s later (the
+        # kubelet runs its Lease controller beside its status loop: kubelet.go, Kubelet.Run)
+        sandbox.kube.set_boot_status_lag(STATUS_LAG_SECONDS)
+        instances = sorted(sandbox.asg.in_state("InService"))
+        nodes = {instance: node_of(sandbox, instance) for instance in instances}
+        booted = {node: boot_id(node_object(sandbox, node)) for node in nodes.values()}
+        sandbox.kube.reset_history()
+
+        # When an instance refresh replaces their root volumes, one at a time
+        refresh = sandbox.asg.start_refresh(min_healthy_percentage=50, strategy=REPLACE_ROOT_VOLUME)
+        timeline = sandbox.asg.wait_refresh(refresh, timeout=240)
+        assert timeline.status == "Successful"
+
+        # Then each launch action after a replacement was completed once the rebooted kubelet had posted its status
+        # (a new bootID), not on the Ready left from before the reboot once the new kubelet renewed the Lease
+        history = sandbox.kube.history()
+        for instance in instances:
+            node = nodes[instance]
+            (replaced_at,) = timeline.instances[instance].root_volume_replaced_at
+            posted = [
+                e.time
+                for e in history
+                if e.resource.startswith("nodes") and e.name == node and not e.removed
+                if boot_id(e.object) != booted[node]
+            ]
+            assert posted, f"node {node} never posted a new boot id"
+            (launch,) = [
+                a
+                for a in sandbox.aws.actions()
+                if a.instance_id == instance and a.transition == LAUNCHING and a.started_at > replaced_at
+            ]
+            assert (launch.outcome, launch.result) == ("completed", "CONTINUE")
+            assert launch.finished_at is not None
+            assert launch.finished_at >= min(posted), (
+                f"the launch of {instance} completed {min(posted) - launch.finished_at:.1f} s before its rebooted "
+                "kubelet posted its status"
+            )
+
+
 def uncordoned_again(sandbox: Sandbox, node: str) -> None:
     wait_for(
         lambda: not cordoned(node_object(sandbox, node)) and ready(node_object(sandbox, node)),

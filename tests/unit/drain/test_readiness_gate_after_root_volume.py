@@ -77,3 +77,44 @@ def test_the_gate_of_a_new_instance_opens_on_its_kubelets_first_renewal_as_befor
 
     # Then it opens at its first look at the Ready node
     assert opened == 20
+
+
+OLD_BOOT, NEW_BOOT = "boot-before-the-reboot", "boot-after-the-reboot"
+
+
+def test_the_gate_after_a_root_volume_replacement_waits_for_the_rebooted_kubelets_status_not_its_lease() -> (
+    None
+):
+    # Given a launch back from a root volume replacement begun at T0, its node still Ready from before the reboot (the
+    # old boot's id, a heartbeat of 4 minutes before), the rebooted kubelet renewing the Lease from 5 s after T0 on
+    # but posting the node's status (the new boot's id, a new heartbeat) only 20 s after T0
+    before = node(boot_id=OLD_BOOT, ready_heartbeat_at=T0 - timedelta(minutes=4))
+    cluster = KubeletCluster(
+        nodes={NODE: before},
+        first=T0 - timedelta(seconds=303),
+        stopped=REBOOTED,
+        restarted=T0 + timedelta(seconds=5),
+    )
+    gate = gate_on(cluster, Dns(), readiness(readiness_timeout_seconds="120", drain_poll_seconds="5"))
+    record = launching(origin=GROUP, destination=GROUP, started_at=T0, received_at=T0 + timedelta(seconds=1))
+    posted = before.model_copy(update={"boot_id": NEW_BOOT, "ready_heartbeat_at": T0 + timedelta(seconds=20)})
+
+    # When the gate polls every 5 s
+    opened = poll_gate(gate, cluster, until=120, joins={20: posted}, record=record)
+
+    # Then it opens at its first poll after that status, not at the first renewal of the rebooted kubelet's Lease
+    assert opened == 20
+
+
+def test_the_gate_after_a_root_volume_replacement_opens_on_a_status_posted_before_its_first_read() -> None:
+    # Given a launch back from a root volume replacement begun at T0, whose rebooted kubelet posted the node's status
+    # (the new boot's id, a heartbeat since the launch began) and renewed the Lease by the gate's first read, at T0
+    cluster = KubeletCluster(nodes={NODE: node(boot_id=NEW_BOOT, ready_heartbeat_at=T0)}, first=T0)
+    gate = gate_on(cluster, Dns(), readiness(readiness_timeout_seconds="120", drain_poll_seconds="5"))
+    record = launching(origin=GROUP, destination=GROUP, started_at=T0, received_at=T0 + timedelta(seconds=1))
+
+    # When the gate polls every 5 s
+    opened = poll_gate(gate, cluster, until=120, joins={}, record=record)
+
+    # Then it opens once the Lease is renewed since its first read, the boot id the same as then
+    assert opened == 10

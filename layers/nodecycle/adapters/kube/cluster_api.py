@@ -122,6 +122,9 @@ def node_info(data: dict[str, Any]) -> NodeInfo:
         cordoned_at=_cordoned_at(spec.get("taints") or []),
         created_at=_timestamp(meta.get("creationTimestamp")),
         boot_id=((data.get("status") or {}).get("nodeInfo") or {}).get("bootID") or None,
+        ready_heartbeat_at=next(
+            (_timestamp(c.get("lastHeartbeatTime")) for c in conditions if c.get("type") == "Ready"), None
+        ),
     )
 
 

@@ -64,6 +64,10 @@ class NodeInfo(BaseModel):
     # whose instance rebooted says Ready as the old kubelet left it until the node monitor's grace (40 s) is over, and
     # after it until the new kubelet's first status update: a new boot id says that update came (None: not told)
     boot_id: str | None = None
+    # The Ready condition's lastHeartbeatTime, on the kubelet's clock as it stamped it (None: not told): when its
+    # kubelet last posted the node's status (at a change, else every nodeStatusReportFrequency, 5 minutes), which the
+    # node lifecycle controller keeps as it was when it marks the node Unknown. A renewed Lease does not move it.
+    ready_heartbeat_at: datetime | None = None
 
     @property
     def lifecycle(self) -> str | None:
