@@ -4,10 +4,11 @@ EC2 lists at a later start (moved) is drained for that start, whether moved befo
 moved earlier while its lifecycle waits is drained before its new start: end to end, EC2's listing read through
 DescribeInstanceStatus as the drain function reads it.
 
-The first three are one sandbox's, the two moves after a drain or while waiting another's, each on an instance of
-its own, set going at once: each waits for its maintenance's lead time (15 s and more, real time), and one after
-the other on a sandbox each the file took five sandboxes' starts and the sum of those waits. Each test's instance
-is the only one its maintenance names, and its assertions are about its own node and its own lifecycle."""
+All five are one sandbox's, each on an instance of its own, their maintenances set going at once: each waits for its
+maintenance's lead time (15 s and more, real time), and one after the other on a sandbox each the file took five
+sandboxes' starts and the sum of those waits (two sandboxes, one for the first three and one for the two moves,
+still took two starts and two such waits one after the other, the sandbox busy all the while). Each test's
+instance is the only one its maintenance names, and its assertions are about its own node and its own lifecycle."""
 
 from __future__ import annotations
 
@@ -70,57 +71,59 @@ def taken_in(sandbox: Sandbox, instance: str) -> LifecycleRecord:
     )
 
 
-@pytest.fixture(scope="module")
-def maintenances() -> Iterator[Maintenances]:
-    with running(size=3, parameters={"MaintenanceLeadMinutes": "1"}) as sandbox:
-        called_off, never_listed, moved = sorted(sandbox.asg.in_state("InService"))
-        sandbox.kube.reset_history()
+def tell_maintenances(
+    sandbox: Sandbox, called_off: str, never_listed: str, moved: str
+) -> tuple[float, dict[str, Any]]:
+    """Each maintenance told (see below); when the reboots were scheduled, and AWS Health's event of the third."""
+    # EC2's system reboots of two instances, each told by AWS Health (their drains due in 15 s)
+    began = time.time()
+    sandbox.asg.schedule_maintenance([called_off], code="system-reboot", starts_in=STARTS_IN)
+    sandbox.asg.schedule_maintenance(
+        [moved], code="system-reboot", starts_in=STARTS_IN, deadline_in=DEADLINE_IN
+    )
+    # and an AWS Health scheduled change of EC2 naming the third, told two hours ago and starting in 75 s,
+    # which EC2 does not list among the instance's scheduled events (DescribeInstanceStatus): taken in, as
+    # Health's own event (EC2's list may lag it)
+    now = time.time()
+    account = sandbox.client("sts").get_caller_identity()["Account"]
+    event = ec2_events.health_scheduled_change(
+        at=now - TOLD_AGO,
+        account=account,
+        region=sandbox.options.region,
+        instance_ids=[never_listed],
+        code="instance-retirement",
+        starts=now + STARTS_IN,
+        ends=now + STARTS_IN + 3600,
+    )
+    sandbox.publish(event)
+    return began, event
 
-        # EC2's system reboots of two instances, each told by AWS Health (their drains due in 15 s)
-        began = time.time()
-        sandbox.asg.schedule_maintenance([called_off], code="system-reboot", starts_in=STARTS_IN)
-        sandbox.asg.schedule_maintenance(
-            [moved], code="system-reboot", starts_in=STARTS_IN, deadline_in=DEADLINE_IN
-        )
-        # and an AWS Health scheduled change of EC2 naming the third, told two hours ago and starting in 75 s,
-        # which EC2 does not list among the instance's scheduled events (DescribeInstanceStatus): taken in, as
-        # Health's own event (EC2's list may lag it)
-        now = time.time()
-        account = sandbox.client("sts").get_caller_identity()["Account"]
-        event = ec2_events.health_scheduled_change(
-            at=now - TOLD_AGO,
-            account=account,
-            region=sandbox.options.region,
-            instance_ids=[never_listed],
-            code="instance-retirement",
-            starts=now + STARTS_IN,
-            ends=now + STARTS_IN + 3600,
-        )
-        sandbox.publish(event)
 
-        # The two reboots taken in before their drains came due; then EC2 calls the first off (it lists the event
-        # "[Canceled]", and Health's update of it is closed), and the customer moves the second MOVED_BY later
-        # (ModifyInstanceEventStartTime; no Health event tells of it)
-        called_off_taken = taken_in(sandbox, called_off)
-        moved_taken = taken_in(sandbox, moved)
-        assert called_off_taken.due_at > datetime.now(UTC), "taken in too late for the test: its drain began"
-        assert moved_taken.due_at > datetime.now(UTC), "taken in too late for the test: its drain began"
-        sandbox.asg.end_maintenance([called_off], canceled=True)
-        sandbox.asg.reschedule_maintenance([moved], starts_in=began + STARTS_IN + MOVED_BY - time.time())
-        (listed,) = sandbox.client("ec2").describe_instance_status(InstanceIds=[moved])["InstanceStatuses"][
-            0
-        ]["Events"]
-        wait_for(lambda: handled(sandbox, event["id"]), 30, "intake's handling of the event")
-        yield Maintenances(
-            sandbox=sandbox,
-            called_off=called_off,
-            called_off_taken=called_off_taken,
-            never_listed=never_listed,
-            moved=moved,
-            moved_began=began,
-            moved_taken=moved_taken,
-            moved_listed=listed,
-        )
+def take_in_and_change(
+    sandbox: Sandbox, called_off: str, never_listed: str, moved: str, began: float
+) -> Maintenances:
+    # The two reboots taken in before their drains came due; then EC2 calls the first off (it lists the event
+    # "[Canceled]", and Health's update of it is closed), and the customer moves the second MOVED_BY later
+    # (ModifyInstanceEventStartTime; no Health event tells of it)
+    called_off_taken = taken_in(sandbox, called_off)
+    moved_taken = taken_in(sandbox, moved)
+    assert called_off_taken.due_at > datetime.now(UTC), "taken in too late for the test: its drain began"
+    assert moved_taken.due_at > datetime.now(UTC), "taken in too late for the test: its drain began"
+    sandbox.asg.end_maintenance([called_off], canceled=True)
+    sandbox.asg.reschedule_maintenance([moved], starts_in=began + STARTS_IN + MOVED_BY - time.time())
+    (listed,) = sandbox.client("ec2").describe_instance_status(InstanceIds=[moved])["InstanceStatuses"][0][
+        "Events"
+    ]
+    return Maintenances(
+        sandbox=sandbox,
+        called_off=called_off,
+        called_off_taken=called_off_taken,
+        never_listed=never_listed,
+        moved=moved,
+        moved_began=began,
+        moved_taken=moved_taken,
+        moved_listed=listed,
+    )
 
 
 def test_a_maintenance_called_off_before_its_drain_is_due_drains_no_node(maintenances: Maintenances) -> None:
@@ -198,53 +201,90 @@ class Moves:
     moved_earlier_to: datetime
 
 
+def schedule_moves(sandbox: Sandbox, after_drain: str, earlier: str) -> float:
+    """EC2's system reboots of two instances, 12 s on and an hour on; when they were scheduled."""
+    scheduled = time.time()
+    sandbox.asg.schedule_maintenance(
+        [after_drain], code="system-reboot", starts_in=REBOOT_IN, deadline_in=DEADLINE_IN
+    )
+    sandbox.asg.schedule_maintenance(
+        [earlier], code="system-reboot", starts_in=AN_HOUR, deadline_in=DEADLINE_IN
+    )
+    return scheduled
+
+
+def move(sandbox: Sandbox, after_drain: str, earlier: str, scheduled: float) -> Moves:
+    store = records(sandbox)
+
+    # The first reboot's node drained for it (cordoned, empty), its lifecycle watching for the reboot's end, before
+    # the reboot starts (12 s from ``scheduled``); the customer then moves it MOVED_TO on
+    # (ModifyInstanceEventStartTime; no Health event tells of it)
+    key = f"{after_drain}/{Transition.SCHEDULED_CHANGE.short}"
+    drained = wait_for(
+        lambda: (r := store.get(key)) and r.drain_started_at and r.step is Step.CLEANUP and r,
+        max(0.0, scheduled + REBOOT_IN - time.time()),
+        "the reboot's drain",
+    )
+    assert cordoned(sandbox, node_of(sandbox, after_drain))
+    sandbox.asg.reschedule_maintenance([after_drain], starts_in=MOVED_TO)
+
+    # The second taken in, not drained (due 59 minutes on); the customer then moves it earlier
+    taken = wait_for(
+        lambda: store.get(f"{earlier}/{Transition.SCHEDULED_CHANGE.short}"),
+        30,
+        "the maintenance taken in",
+    )
+    assert taken.drain_started_at is None
+    sandbox.asg.reschedule_maintenance([earlier], starts_in=MOVED_EARLIER_TO)
+
+    def listed_start(instance: str) -> datetime:
+        (event,) = sandbox.client("ec2").describe_instance_status(InstanceIds=[instance])["InstanceStatuses"][
+            0
+        ]["Events"]
+        return cast("datetime", event["NotBefore"])
+
+    return Moves(
+        sandbox=sandbox,
+        moved_after_drain=after_drain,
+        first_drain=drained,
+        moved_after_drain_to=listed_start(after_drain),
+        moved_earlier=earlier,
+        moved_earlier_to=listed_start(earlier),
+    )
+
+
+@dataclass(frozen=True)
+class Scene:
+    """The maintenances above and the moves, on one sandbox, each test on an instance of its own."""
+
+    maintenances: Maintenances
+    moves: Moves
+
+
 @pytest.fixture(scope="module")
-def moves() -> Iterator[Moves]:
-    # (a budget of two: the two drains may overlap; each test's assertions are about its own lifecycle)
-    with running(size=3, parameters={"MaintenanceLeadMinutes": "1", "BudgetMaxUnavailable": "2"}) as sandbox:
-        after_drain, earlier, _ = sorted(sandbox.asg.in_state("InService"))
-        store = records(sandbox)
-        sandbox.asg.schedule_maintenance(
-            [after_drain], code="system-reboot", starts_in=REBOOT_IN, deadline_in=DEADLINE_IN
-        )
-        sandbox.asg.schedule_maintenance(
-            [earlier], code="system-reboot", starts_in=AN_HOUR, deadline_in=DEADLINE_IN
-        )
+def scene() -> Iterator[Scene]:
+    # (a budget of two, the harness's: the drains of the moves and of the moved maintenance may overlap; each test's
+    # assertions are about its own lifecycle)
+    with running(size=5, parameters={"MaintenanceLeadMinutes": "1"}) as sandbox:
+        called_off, never_listed, moved, after_drain, earlier = sorted(sandbox.asg.in_state("InService"))
+        sandbox.kube.reset_history()
+        # Every maintenance scheduled at once, their lead times running together
+        began, event = tell_maintenances(sandbox, called_off, never_listed, moved)
+        scheduled = schedule_moves(sandbox, after_drain, earlier)
+        maintenances = take_in_and_change(sandbox, called_off, never_listed, moved, began)
+        moves = move(sandbox, after_drain, earlier, scheduled)
+        wait_for(lambda: handled(sandbox, event["id"]), 30, "intake's handling of the Health event")
+        yield Scene(maintenances=maintenances, moves=moves)
 
-        # The first reboot's node drained for it (cordoned, empty), its lifecycle watching for the reboot's end; the
-        # customer then moves it MOVED_TO on (ModifyInstanceEventStartTime; no Health event tells of it)
-        key = f"{after_drain}/{Transition.SCHEDULED_CHANGE.short}"
-        drained = wait_for(
-            lambda: (r := store.get(key)) and r.drain_started_at and r.step is Step.CLEANUP and r,
-            REBOOT_IN,
-            "the reboot's drain",
-        )
-        assert cordoned(sandbox, node_of(sandbox, after_drain))
-        sandbox.asg.reschedule_maintenance([after_drain], starts_in=MOVED_TO)
 
-        # The second taken in, not drained (due 59 minutes on); the customer then moves it earlier
-        taken = wait_for(
-            lambda: store.get(f"{earlier}/{Transition.SCHEDULED_CHANGE.short}"),
-            30,
-            "the maintenance taken in",
-        )
-        assert taken.drain_started_at is None
-        sandbox.asg.reschedule_maintenance([earlier], starts_in=MOVED_EARLIER_TO)
+@pytest.fixture(scope="module")
+def maintenances(scene: Scene) -> Maintenances:
+    return scene.maintenances
 
-        def listed_start(instance: str) -> datetime:
-            (event,) = sandbox.client("ec2").describe_instance_status(InstanceIds=[instance])[
-                "InstanceStatuses"
-            ][0]["Events"]
-            return cast("datetime", event["NotBefore"])
 
-        yield Moves(
-            sandbox=sandbox,
-            moved_after_drain=after_drain,
-            first_drain=drained,
-            moved_after_drain_to=listed_start(after_drain),
-            moved_earlier=earlier,
-            moved_earlier_to=listed_start(earlier),
-        )
+@pytest.fixture(scope="module")
+def moves(scene: Scene) -> Moves:
+    return scene.moves
 
 
 def test_a_maintenance_moved_later_once_its_node_is_drained_is_drained_again_for_its_new_start(
