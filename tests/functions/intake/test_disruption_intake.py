@@ -16,10 +16,12 @@ from moto.core import DEFAULT_ACCOUNT_ID
 from moto.ec2.models import ec2_backends
 
 from nodecycle.adapters.aws.records import DynamoRecordStore
+from nodecycle.adapters.clock import SystemClock
 from nodecycle.domain.completion import ended_by
 from nodecycle.domain.intake_budget import OutOfTime
 from nodecycle.domain.model import SUCCESSOR, LifecycleRecord, Step, Transition
 from nodecycle.domain.policy import MAINTENANCE_LOOK
+from nodecycle.wiring import intake as intake_wiring
 from nodecycle_sandbox.aws import ec2_instances
 from nodecycle_sandbox.aws.install import install
 from tests.functions.intake.conftest import GROUP, make_group
@@ -81,6 +83,22 @@ def test_a_spot_interruption_of_a_managed_instance_starts_a_drain_at_once(
     assert metric(capsys.readouterr().out, "DisruptionsReceived", cause="spot-interruption") == 2
 
 
+@pytest.fixture
+def listing_waited_on_the_clock(monkeypatch: pytest.MonkeyPatch) -> list[float]:
+    """Intake's wait for EC2 to list an instance it does not (Intake._listed_late: looks again until LISTING_LAG
+    after the event, 4 to 5 s of real sleep a test) moves intake's clock on instead of sleeping: the same looks,
+    the same pauses between them, the same refusal once the lag is over. The pauses taken are listed."""
+    paused: list[float] = []
+    now = SystemClock.now
+
+    def pause(seconds: float) -> None:
+        paused.append(seconds)
+
+    monkeypatch.setattr(intake_wiring, "pause", pause)
+    monkeypatch.setattr(SystemClock, "now", lambda self: now(self) + timedelta(seconds=sum(paused)))
+    return paused
+
+
 def test_an_instance_of_a_group_this_stack_does_not_manage_is_left_to_others(
     intake_fn: ModuleType, stack: Stack
 ) -> None:
@@ -91,11 +109,15 @@ def test_an_instance_of_a_group_this_stack_does_not_manage_is_left_to_others(
 
 
 def test_an_instance_ec2_does_not_know_is_refused(
-    intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
+    listing_waited_on_the_clock: list[float],
+    intake_fn: ModuleType,
+    stack: Stack,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     intake_fn.handler(ec2_event("eventbridge-spot-interruption.json", "i-0ffffffffffffffff"), LambdaContext())
     assert records() == []
     assert metric(capsys.readouterr().out, "LifecycleEventsRejected", reason="unknown-instance") == 1
+    assert listing_waited_on_the_clock  # (refused once EC2's listing lag was waited out)
 
 
 def test_what_comes_by_the_queue_is_confirmed_with_ec2_first(
@@ -159,7 +181,10 @@ def test_an_instance_terminated_outside_the_hooks_is_forgotten_at_once(
 
 
 def test_a_termination_told_after_ec2_has_forgotten_an_instance_no_record_names_is_acknowledged(
-    intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
+    listing_waited_on_the_clock: list[float],
+    intake_fn: ModuleType,
+    stack: Stack,
+    capsys: pytest.CaptureFixture[str],
 ) -> None:
     # Given EC2 as the sandbox emulates it, which lists a terminated instance for about an hour and then no more
     # (here: for a fifth of a second), and an instance of a managed group terminated outside the hooks, of which
@@ -904,6 +929,11 @@ def test_maintenance_by_eventbridge_that_is_over_drains_nothing(
 HOOK_INSTANCE = "i-0a1b2c3d4e5f60718"  # the instance of the sample hook notifications
 INTAKE_TIMEOUT_MILLIS = 30_000  # the intake function's Timeout in template.yaml
 AWS_CALL = 0.1  # seconds an EC2, DynamoDB or SQS call takes in AWS, give or take (moto answers in ~1 ms)
+# An event too long for one invocation: 80 instances at three AWS calls each, a call as slow as AWS's under load
+# (0.15 s): 36 s, more than the function's 30 s timeout. (120 instances at 0.1 s a call made the same 36 s, with
+# half as many instances again for moto to launch and intake to take in.)
+MANY = 80
+SLOW_AWS_CALL = 0.15
 
 
 def many_scheduled(count: int, starts: datetime) -> list[str]:
@@ -925,12 +955,12 @@ def health_event_of(instances: list[str], starts: datetime) -> dict[str, Any]:
 def test_a_health_event_naming_more_instances_than_one_invocation_can_take_in_is_continued_not_repeated(
     intake_fn: ModuleType, stack: Stack, capsys: pytest.CaptureFixture[str]
 ) -> None:
-    # Given an AWS Health event naming 120 instances of a managed group, each three AWS calls to take in
-    # (their facts read together; at ~0.1 s a call in AWS, 36 s: more than the function's 30 s timeout)
+    # Given an AWS Health event naming 80 instances of a managed group, each three AWS calls to take in
+    # (their facts read together; at ~0.15 s a call in AWS, 36 s: more than the function's 30 s timeout)
     starts = datetime.now(UTC).replace(microsecond=0) + timedelta(days=3)
-    instances = many_scheduled(120, starts)
+    instances = many_scheduled(MANY, starts)
     event = health_event_of(instances, starts)
-    latency = AwsLatency(per_call=AWS_CALL)
+    latency = AwsLatency(per_call=SLOW_AWS_CALL)
     with latency.counting():
         # When EventBridge invokes intake with it: its time runs out by the AWS calls it makes
         first = LambdaContext(remaining_millis=INTAKE_TIMEOUT_MILLIS, clock=latency)
@@ -1003,14 +1033,14 @@ def test_a_health_event_reached_with_too_little_time_goes_back_to_the_queue_with
 def test_a_hook_notification_batched_after_a_health_event_is_not_sent_back_for_its_time(
     intake_fn: ModuleType, stack: Stack
 ) -> None:
-    # Given a batch of the intake queue: an AWS Health event naming 120 instances of a managed group (three
+    # Given a batch of the intake queue: an AWS Health event naming 80 instances of a managed group (three
     # AWS calls each, more than one invocation's time; dead-lettered and sent again, as the runbook says),
     # then a terminate hook notification of the same group (a few calls)
     starts = datetime.now(UTC).replace(microsecond=0) + timedelta(days=3)
-    instances = many_scheduled(120, starts)
+    instances = many_scheduled(MANY, starts)
     (hook,) = happening_now(load_event("sqs-hook-terminate.json"))["Records"]
     batch = sqs_event(health_event_of(instances, starts), hook["body"])
-    latency = AwsLatency(per_call=AWS_CALL)
+    latency = AwsLatency(per_call=SLOW_AWS_CALL)
 
     # When intake receives it, its time running out by the AWS calls it makes
     with latency.counting():
