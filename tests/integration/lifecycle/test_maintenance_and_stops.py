@@ -7,7 +7,7 @@ import json
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -30,88 +30,26 @@ REBOOT_IN = 12.0
 LATER_IN = 3600.0  # a second maintenance of the same instance, an hour from now: drained 59 minutes on
 
 
+class MinuteLead(NamedTuple):
+    sandbox: Sandbox
+    instances: list[str]  # in service when the sandbox started, sorted: each test's are its own
+
+
 @pytest.fixture(scope="module")
-def minute_lead() -> Iterator[Sandbox]:
-    """Three instances in service, maintenance drained a minute before it starts: the sandbox of the tests that
-    need nothing else, each on an instance of its own (a sandbox each was a sandbox's start more each)."""
-    with running(size=3, parameters={"MaintenanceLeadMinutes": "1"}) as sandbox:
-        yield sandbox
-
-
-def test_maintenance_is_drained_before_it_starts_and_a_stopped_instance_leaves_nothing_behind() -> None:
-    parameters = {"MaintenanceLeadMinutes": "1", "EipMode": "allocate"}
-    with running(size=3, parameters=parameters) as sandbox:
-        scheduled, stopped, _ = sorted(sandbox.asg.in_state("InService"))
-        scheduled_node, stopped_node = node_of(sandbox, scheduled), node_of(sandbox, stopped)
-        pin(sandbox, stopped_node)
-        sandbox.kube.reset_history()
-        store = records(sandbox)
-
-        # Given AWS Health's retirement of one instance, 62 s from now
-        sandbox.asg.schedule_maintenance([scheduled], starts_in=STARTS_IN)
-        starts = time.time() + STARTS_IN - 1  # (Health's times have whole seconds)
-
-        # Then its node is drained before the maintenance starts, under the budget (its cleanup then keeps the
-        # cordon until the maintenance is over)
-        maintenance = wait_for(
-            lambda: (
-                (r := store.get(f"{scheduled}/{Transition.SCHEDULED_CHANGE.short}"))
-                and r.drain_started_at is not None
-                and r.step in (Step.CLEANUP, Step.DONE)
-                and r
-            ),
-            STARTS_IN - 1,
-            "the maintenance drain",
-        )
-        history = sandbox.kube.history()
-        emptied = last_pod_gone(history, scheduled_node)
-        assert emptied is not None
-        assert emptied < starts
-        assert maintenance.updated_at.timestamp() < starts
-        assert scheduled_node in holders_seen(history)
-        assert pdb_breaches(history) == []
-
-        # Given another instance whose drain for maintenance is held up by a PodDisruptionBudget: it holds a
-        # slot, its node is annotated, and it has its Elastic IP
-        sandbox.asg.schedule_maintenance([stopped], starts_in=STARTS_IN)
-        wait_for(lambda: stopped_node in current_holders(sandbox), 30, "the held-up drain's slot")
-        # (the slot is taken a step before the cordon annotates the node)
-        wait_for(lambda: nodecycle_annotations(sandbox, stopped_node), 30, "the held-up drain's cordon")
-        assert addresses_of(sandbox, stopped)
-
-        # When someone stops the instance outside the group's hooks
-        sandbox.client("ec2").stop_instances(InstanceIds=[stopped])
-
-        # Then its slot is freed, its claim's annotations cleared and its address released, at once
-        gone = wait_for(
-            lambda: (r := store.get(f"{stopped}/{Transition.STATE_CHANGE.short}")) and r.finished and r,
-            30,
-            "the state change's lifecycle",
-        )
-        assert gone.outcome == "instance-gone-without-hook"
-        wait_for(lambda: not addresses_of(sandbox, stopped), 30, "the address released")
-        # ...and it stays so once the held-up drain has found its instance stopped and its lifecycle is over (a
-        # fixed 5 s wait here proved as much only if that drain had looked within it), the node marked released
-        # for the drain's lifecycle (the stop's mark, which the watch after the drain leaves: an instance not
-        # coming back)
-        held_up = wait_for(
-            lambda: (r := store.get(f"{stopped}/{Transition.SCHEDULED_CHANGE.short}")) and r.finished and r,
-            30,
-            "the held-up drain's lifecycle over",
-        )
-        assert held_up.outcome == "instance-down"
-        assert stopped_node not in current_holders(sandbox)
-        released = {"nodecycle.io/released-for": f"{stopped}/{Transition.SCHEDULED_CHANGE.short}"}
-        assert nodecycle_annotations(sandbox, stopped_node) == released
-        assert addresses_of(sandbox, stopped) == []
+def minute_lead() -> Iterator[MinuteLead]:
+    """Five instances in service, maintenance drained a minute before it starts, Elastic IPs on: the sandbox of the
+    tests that need nothing else, each on instances of its own, named when the sandbox started (a sandbox each was
+    a sandbox's start more each). The test that stops an instance runs last: it leaves that instance's node and pods
+    to a kubelet that is gone."""
+    with running(size=5, parameters={"MaintenanceLeadMinutes": "1", "EipMode": "allocate"}) as sandbox:
+        yield MinuteLead(sandbox, sorted(sandbox.asg.in_state("InService")))
 
 
 def test_a_health_update_of_a_maintenance_drained_for_does_not_pull_back_the_one_that_follows_it(
-    minute_lead: Sandbox,
+    minute_lead: MinuteLead,
 ) -> None:
-    sandbox = minute_lead
     # (the module's sandbox: this test's instance is its first)
-    instance = sorted(sandbox.asg.in_state("InService"))[0]
+    sandbox, instance = minute_lead.sandbox, minute_lead.instances[0]
     node = node_of(sandbox, instance)
     store = records(sandbox)
 
@@ -184,11 +122,10 @@ def test_a_terminate_hook_after_a_maintenance_drain_completes_at_once_while_the_
 
 
 def test_a_node_drained_for_a_reboot_is_uncordoned_once_the_reboot_is_over_and_its_instance_stayed(
-    minute_lead: Sandbox,
+    minute_lead: MinuteLead,
 ) -> None:
-    sandbox = minute_lead
     # (the module's sandbox: this test's instance is its second)
-    instance = sorted(sandbox.asg.in_state("InService"))[1]
+    sandbox, instance = minute_lead.sandbox, minute_lead.instances[1]
     node = node_of(sandbox, instance)
     store = records(sandbox)
 
@@ -225,6 +162,75 @@ def test_a_node_drained_for_a_reboot_is_uncordoned_once_the_reboot_is_over_and_i
         "the maintenance's lifecycle over",
     )
     assert nodecycle_annotations(sandbox, node) == {}
+
+
+def test_maintenance_is_drained_before_it_starts_and_a_stopped_instance_leaves_nothing_behind(
+    minute_lead: MinuteLead,
+) -> None:
+    # (the module's sandbox: this test's instances are its third and fourth)
+    sandbox, (scheduled, stopped) = minute_lead.sandbox, minute_lead.instances[2:4]
+    scheduled_node, stopped_node = node_of(sandbox, scheduled), node_of(sandbox, stopped)
+    pin(sandbox, stopped_node)
+    sandbox.kube.reset_history()
+    store = records(sandbox)
+
+    # Given AWS Health's retirement of one instance, 62 s from now
+    sandbox.asg.schedule_maintenance([scheduled], starts_in=STARTS_IN)
+    starts = time.time() + STARTS_IN - 1  # (Health's times have whole seconds)
+
+    # Then its node is drained before the maintenance starts, under the budget (its cleanup then keeps the
+    # cordon until the maintenance is over)
+    maintenance = wait_for(
+        lambda: (
+            (r := store.get(f"{scheduled}/{Transition.SCHEDULED_CHANGE.short}"))
+            and r.drain_started_at is not None
+            and r.step in (Step.CLEANUP, Step.DONE)
+            and r
+        ),
+        STARTS_IN - 1,
+        "the maintenance drain",
+    )
+    history = sandbox.kube.history()
+    emptied = last_pod_gone(history, scheduled_node)
+    assert emptied is not None
+    assert emptied < starts
+    assert maintenance.updated_at.timestamp() < starts
+    assert scheduled_node in holders_seen(history)
+    assert pdb_breaches(history) == []
+
+    # Given another instance whose drain for maintenance is held up by a PodDisruptionBudget: it holds a
+    # slot, its node is annotated, and it has its Elastic IP
+    sandbox.asg.schedule_maintenance([stopped], starts_in=STARTS_IN)
+    wait_for(lambda: stopped_node in current_holders(sandbox), 30, "the held-up drain's slot")
+    # (the slot is taken a step before the cordon annotates the node)
+    wait_for(lambda: nodecycle_annotations(sandbox, stopped_node), 30, "the held-up drain's cordon")
+    assert addresses_of(sandbox, stopped)
+
+    # When someone stops the instance outside the group's hooks
+    sandbox.client("ec2").stop_instances(InstanceIds=[stopped])
+
+    # Then its slot is freed, its claim's annotations cleared and its address released, at once
+    gone = wait_for(
+        lambda: (r := store.get(f"{stopped}/{Transition.STATE_CHANGE.short}")) and r.finished and r,
+        30,
+        "the state change's lifecycle",
+    )
+    assert gone.outcome == "instance-gone-without-hook"
+    wait_for(lambda: not addresses_of(sandbox, stopped), 30, "the address released")
+    # ...and it stays so once the held-up drain has found its instance stopped and its lifecycle is over (a
+    # fixed 5 s wait here proved as much only if that drain had looked within it), the node marked released
+    # for the drain's lifecycle (the stop's mark, which the watch after the drain leaves: an instance not
+    # coming back)
+    held_up = wait_for(
+        lambda: (r := store.get(f"{stopped}/{Transition.SCHEDULED_CHANGE.short}")) and r.finished and r,
+        30,
+        "the held-up drain's lifecycle over",
+    )
+    assert held_up.outcome == "instance-down"
+    assert stopped_node not in current_holders(sandbox)
+    released = {"nodecycle.io/released-for": f"{stopped}/{Transition.SCHEDULED_CHANGE.short}"}
+    assert nodecycle_annotations(sandbox, stopped_node) == released
+    assert addresses_of(sandbox, stopped) == []
 
 
 def handled(sandbox: Sandbox, event_id: str) -> bool:
