@@ -73,3 +73,21 @@ def test_the_mutation_that_takes_every_action_for_active_is_run_with_forged_mess
     mutation = next(m for m in MUTATIONS if m.name == "confirm-skipped")
     assert mutation.forge
     assert mutation.kinds == KINDS
+
+
+def test_a_node_disrupted_again_after_its_terminate_action_ended_is_a_violation() -> None:
+    # Given a terminate action that began at 1 s and was completed at 6 s: its drain cordoned the node at 2 s and
+    # evicted its pod at 3 s
+    drained = [_pod(T0, "web-1"), _cordoned(T0 + 2), _evicted(T0 + 3)]
+    assert _confirmed(drained, [_terminate(T0 + 6)]) == []
+    # When a replayed message drains the node again at 8 s, its action over (no action is active for it): the
+    # node, uncordoned at 7 s, cordoned again, or a pod bound to it since evicted
+    again = [*drained, _node(T0 + 7), _cordoned(T0 + 8)]
+    evicted_again = [*drained, _pod(T0 + 7, "web-2"), replace(_evicted(T0 + 8), name="web-2")]
+    # Then each is a violation of invariants 6 and 8
+    for history, how in ((again, "cordoned"), (evicted_again, "pod s/web-2 evicted")):
+        (late,) = _confirmed(history, [_terminate(T0 + 6)])
+        assert f"{how} at 8.0s, 2.0s after its terminate action ended" in late
+    # But the cleanup's writes of a node left cordoned (its annotations removed) are no new disruption
+    cleaned = [*drained, _cordoned(T0 + 8)]
+    assert _confirmed(cleaned, [_terminate(T0 + 6)]) == []

@@ -42,7 +42,7 @@ from nodecycle_sandbox.kube.meta import condition, node_ready
 # The invariants, by name, as a campaign reports them.
 INVARIANTS = {
     "budget": "the budget is never exceeded, globally or in any zone (1)",
-    "confirmed": "nothing is cordoned or evicted for a node whose instance's terminate action has not begun (8)",
+    "confirmed": "nothing is cordoned or evicted for a node whose instance's terminate action has not begun, or has ended (6, 8)",
     "drain": "no terminate action is completed while its node still has evictable pods, unless the outcome says why, and in time for what it says (2)",
     "global-timeout": "every accepted action is completed by nodecycle before its global timeout (2, 11)",
     "ownership": "no owner touches another's node or budget entry, nor frees a node under its drain (3)",
@@ -155,20 +155,40 @@ def _confirmed(o: Observation) -> Iterator[Violation]:
             began[action.instance_id] = min(
                 began.get(action.instance_id, action.started_at), action.started_at
             )
+    ended = _terminates_ended(o)
     node_of_pod: dict[tuple[str, str], str] = {}
     first: dict[str, tuple[float, str]] = {}  # node -> when and how it was first disrupted
+    cordoned: dict[str, bool] = {}  # node -> whether its last write left it cordoned, whoever wrote it
     for entry in o.history:
         if entry.kind == "Pod" and (node := (entry.object.get("spec") or {}).get("nodeName")):
             node_of_pod[(entry.namespace, entry.name)] = node
+        was_cordoned = entry.kind == "Node" and cordoned.get(entry.name, False)
+        if entry.kind == "Node":
+            cordoned[entry.name] = entry.unschedulable and not entry.removed
         if entry.source != API:
             continue
+        disrupted: tuple[str, str] | None = None  # (node, how)
         if entry.kind == "Node" and entry.unschedulable and not entry.removed:
             first.setdefault(entry.name, (entry.time, "cordoned"))
+            if not was_cordoned:
+                disrupted = (entry.name, "cordoned")
         elif entry.kind == "Pod" and (entry.resource == "pods/eviction" or entry.verb == "delete"):
             node = node_of_pod.get((entry.namespace, entry.name))
             if node is not None:
                 how = "evicted" if entry.resource == "pods/eviction" else "deleted"
                 first.setdefault(node, (entry.time, f"pod {entry.namespace}/{entry.name} {how}"))
+                disrupted = (node, f"pod {entry.namespace}/{entry.name} {how}")
+        # (invariants 6 and 8: a replayed or late message of an action already completed drains nothing again; the
+        # cleanup's writes of a node its drain left cordoned are no new cordon)
+        if disrupted is not None and (instance := instance_of.get(disrupted[0])) in ended:
+            end = ended[instance]
+            if entry.time > end + CLOCK_SLACK:
+                node, how = disrupted
+                yield Violation(
+                    "confirmed",
+                    f"{node} ({instance}): {how} at {entry.time - o.acting_at:.1f}s, "
+                    f"{entry.time - end:.1f}s after its terminate action ended",
+                )
     for node, (at, how) in sorted(first.items()):
         instance = instance_of.get(node)
         if instance is None:
@@ -184,6 +204,21 @@ def _confirmed(o: Observation) -> Iterator[Violation]:
                 f"{node} ({instance}): {how} at {at - o.acting_at:.1f}s, {start - at:.1f}s before its terminate "
                 "action began",
             )
+
+
+def _terminates_ended(o: Observation) -> dict[str, float]:
+    """Instance -> when its last terminate action ended, for the instances none of whose terminate actions is still
+    open: nothing may disrupt their nodes after that."""
+    ended: dict[str, float] = {}
+    open_: set[str] = set()
+    for action in o.actions:
+        if action.transition != TERMINATING:
+            continue
+        if action.finished_at is None:
+            open_.add(action.instance_id)
+        else:
+            ended[action.instance_id] = max(ended.get(action.instance_id, 0.0), action.finished_at)
+    return {instance: at for instance, at in ended.items() if instance not in open_}
 
 
 def _drain(o: Observation) -> Iterator[Violation]:
