@@ -8,6 +8,7 @@ from dataclasses import dataclass
 
 from nodecycle_sandbox.aws.records import TERMINATING, ActionRecord
 from nodecycle_sandbox.kube import HistoryEntry
+from nodecycle_sandbox.kube.history import API
 from nodecycle_sandbox.kube.meta import parse_rfc3339
 
 
@@ -39,21 +40,47 @@ def pdb_breaches(history: Iterable[HistoryEntry]) -> list[Breach]:
 
 
 def cordon_peaks(
-    history: Sequence[HistoryEntry], released: Mapping[str, float] | None = None
+    history: Sequence[HistoryEntry],
+    released: Mapping[str, float] | None = None,
+    *,
+    evictions: bool = False,
 ) -> tuple[int, dict[str, int]]:
     """The most nodes cordoned at once, in the cluster and in each zone.
 
     ``released`` (node -> time) ends a node's count early: a node whose terminate action was completed has
     given its budget slot back, even though its Node object lingers, cordoned, until the instance is gone.
     Without it, a node counts until it is uncordoned or removed.
+
+    ``evictions``: a node also counts from an API caller's eviction or delete of a pod bound to it while it was
+    not cordoned (a drain that never cordoned its node disrupts it all the same), until it is released or
+    removed: its uncordoned writes (the kubelet's) do not end that count.
     """
     cut = released or {}
     spans: list[tuple[float, int, str | None]] = []  # (time, +1/-1, zone)
     since: dict[str, tuple[float, str | None]] = {}
+    zone_of: dict[str, str | None] = {}
+    node_of_pod: dict[tuple[str, str], str] = {}
+    uncordoned: set[str] = set()  # nodes counted from an eviction, not a cordon
     for entry in history:
+        if evictions and entry.kind == "Pod":
+            node = (entry.object.get("spec") or {}).get("nodeName")
+            if node:
+                node_of_pod[(entry.namespace, entry.name)] = node
+            evicted = entry.resource == "pods/eviction" or entry.verb == "delete"
+            if node and evicted and entry.source == API and node not in since:
+                since[node] = (entry.time, zone_of.get(node))
+                uncordoned.add(node)
+            continue
         if entry.kind != "Node":
             continue
+        zone_of[entry.name] = entry.zone
         cordoned = entry.unschedulable and not entry.removed
+        if cordoned:
+            uncordoned.discard(entry.name)
+        elif entry.name in uncordoned and not entry.removed:
+            continue
+        else:
+            uncordoned.discard(entry.name)
         if cordoned and entry.name not in since:
             since[entry.name] = (entry.time, entry.zone)
         elif not cordoned and entry.name in since:

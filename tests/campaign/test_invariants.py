@@ -244,6 +244,20 @@ def test_too_many_nodes_drained_at_once_exceed_the_budget() -> None:
     assert "budget" in _judged(_observation(history, actions=[]))
 
 
+def test_a_node_whose_pods_are_evicted_without_a_cordon_counts_against_the_budget() -> None:
+    # Given another node of the zone cordoned at 1 s (limits: 2 in all, 1 per zone)
+    other = _node(T0 + 1, owner="chaos-a", cordoned=True)
+    cordoned = HistoryEntry(0, other.time, "patch", "nodes", "", "n0", "api", False, other.object)
+    uncordoned = replace(cordoned, time=T0 + 1.5, object=_node(0).object)
+    evicted = replace(_pod(T0 + 2, "web-1"), verb="create", resource="pods/eviction", source="api")
+    # When a drain evicts a pod of the node at 2 s, never having cordoned it, while the other is still cordoned
+    history = [_node(T0), _pod(T0, "web-1"), cordoned, evicted]
+    # Then two nodes of one zone were disrupted at once: the eviction is a disruption the budget counts
+    assert "budget" in _judged(_observation(history))
+    # But with the other node uncordoned before it, one node at a time was disrupted
+    assert "budget" not in _judged(_observation([*history[:3], uncordoned, evicted]))
+
+
 def test_a_slot_held_by_the_force_policy_asking_again_for_deletes_a_fault_refused_is_excused_its_slack() -> (
     None
 ):

@@ -134,7 +134,7 @@ def check(observation: Observation) -> list[Violation]:
 
 
 def _budget(o: Observation) -> Iterator[Violation]:
-    peak, zones = cordon_peaks(o.history, released_at(o.history, o.actions))
+    peak, zones = cordon_peaks(o.history, released_at(o.history, o.actions), evictions=True)
     if peak > LIMITS["total"]:
         yield Violation("budget", f"{peak} nodes drained at once (limit {LIMITS['total']})")
     for zone, count in zones.items():
