@@ -443,3 +443,19 @@ def test_the_judges_without_a_test_of_their_own_can_fail_too() -> None:
         history.append(HistoryEntry(0, entry.time, "patch", "nodes", "", f"n{n}", "api", False, entry.object))
     (zone,) = [v for v in check(_observation(history, actions=[])) if v.invariant == "budget"]
     assert "in eu-west-1a" in zone.detail
+
+
+def test_a_live_node_left_cordoned_without_nodecycles_annotations_is_left_unsettled() -> None:
+    from nodecycle_sandbox.chaos.world import cordons_left
+
+    # Given the scenario's instance in service, its node cordoned, nodecycle's annotations gone (its cleanup ran,
+    # the cordon stayed: no one else in the campaign's stories cordons a node)
+    live = InstanceHistory("i-1", "g", "eu-west-1a", NODE, T0, T0)
+    cordoned = _node(T0 + 2, cordoned=True).object
+    # Then the cordon is left over: the node takes no pods, and nothing else will lift it
+    assert cordons_left([cordoned], [live]) == [f"node {NODE} of a live instance left cordoned"]
+    # But an uncordoned node, a node of a terminated instance (reported as still there), or another's node is not
+    assert cordons_left([_node(T0 + 3).object], [live]) == []
+    gone = replace(live, terminated_at=T0 + 9)
+    assert cordons_left([cordoned], [gone]) == []
+    assert cordons_left([cordoned], []) == []

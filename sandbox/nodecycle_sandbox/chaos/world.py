@@ -850,6 +850,7 @@ class ScenarioRun:
         instances = [i for i in self.box.aws.instances() if i.group in self._group_names()]
         gone = {i.node_name for i in instances if i.terminated_at is not None}
         left += [f"node {name} of a terminated instance still there" for name in sorted(gone & nodes)]
+        left += cordons_left(self.box.kube.objects("nodes"), instances)
         left += [
             f"pod {pod['metadata']['name']} still bound to {pod['spec']['nodeName']}, which is gone"
             for pod in self.box.kube.objects("pods", self.tag)
@@ -1173,6 +1174,19 @@ def _hooks() -> tuple[HookSpec, ...]:
 
 def _in_service(group: AutoScalingGroup, size: int) -> bool:
     return len(group.in_state("InService")) >= size
+
+
+def cordons_left(nodes: list[dict[str, Any]], instances: list[InstanceHistory]) -> list[str]:
+    """The nodes of ``instances`` still running (not terminated) that are cordoned: at quiescence, a cordon nodecycle
+    leaked (its cleanup removed its annotations and left the cordon, or a drain cordoned a node it never claimed).
+    No story of the campaign cordons a node, and the sandbox's controllers never do: an API caller's cordon of a
+    live node is nodecycle's, and nothing else will lift it (the node takes no new pods for good)."""
+    live = {i.node_name for i in instances if i.terminated_at is None}
+    return [
+        f"node {node['metadata']['name']} of a live instance left cordoned"
+        for node in nodes
+        if node["metadata"]["name"] in live and (node.get("spec") or {}).get("unschedulable")
+    ]
 
 
 def budget_document(kube: KubeServer) -> dict[str, Any]:
