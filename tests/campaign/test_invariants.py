@@ -459,3 +459,46 @@ def test_a_live_node_left_cordoned_without_nodecycles_annotations_is_left_unsett
     gone = replace(live, terminated_at=T0 + 9)
     assert cordons_left([cordoned], [gone]) == []
     assert cordons_left([cordoned], []) == []
+
+
+def _budget_doc(at: float, holders: list[tuple[str, str]], waiters: list[tuple[str, str]]) -> HistoryEntry:
+    def entries(pairs: list[tuple[str, str]]) -> list[dict[str, str]]:
+        return [{"node": node, "zone": zone, "owner": "chaos-a", "instanceId": "i-x"} for node, zone in pairs]
+
+    document = {"holders": entries(holders), "waiters": entries(waiters)}
+    obj = {"kind": "ConfigMap", "data": {BUDGET[2]: json.dumps(document)}}
+    return HistoryEntry(0, at, "update", "configmaps", BUDGET[0], BUDGET[1], "api", False, obj)
+
+
+def test_a_node_not_yet_touched_granted_the_slot_a_drain_in_progress_waited_for_is_a_violation() -> None:
+    # Given i-1's node cordoned at 2 s (its drain under way) that lost its slot and waits in line at 3 s, while
+    # another node of eu-west-1b holds one (limits: 2 in all, 1 per zone)
+    waiting = [
+        _node(T0 + 2, owner="chaos-a", cordoned=True),
+        _budget_doc(T0 + 3, [("h0", "eu-west-1b")], [(NODE, "eu-west-1a")]),
+    ]
+    # When a node never cordoned is granted at 4 s the slot the drain in progress fitted in (invariant 9)
+    granted = _budget_doc(T0 + 4, [("h0", "eu-west-1b"), ("g", "eu-west-1c")], [(NODE, "eu-west-1a")])
+    assert "precedence" in _judged(_observation([*waiting, granted]))
+    # But granted beside it, leaving it its room (a slot of another zone, with room in all), nothing is wrong
+    beside = _budget_doc(T0 + 4, [("g", "eu-west-1c")], [(NODE, "eu-west-1a")])
+    assert "precedence" not in _judged(_observation([*waiting, beside]))
+    # nor when the waiter's node is not cordoned (not yet touched either: the order of the line decides)
+    untouched = [waiting[1], granted]
+    assert "precedence" not in _judged(_observation(untouched))
+
+
+def test_a_pod_deleted_before_its_drains_timeout_counted_from_the_cordon_is_a_violation() -> None:
+    # Given a terminate action started at 1 s whose node waited for its slot and was cordoned at 12 s
+    history = [_pod(T0, "web-1"), _node(T0 + 12, owner="chaos-a", cordoned=True)]
+
+    def deleted(at: float) -> HistoryEntry:
+        return replace(_pod(at, "web-1", removed=True), source="api")
+
+    actions = [_terminate(T0 + 40)]
+    # When the force policy deletes its pod at 25 s: 24 s after the action began, but 13 s after the cordon (the
+    # drain timeout is 20 s): the wait for the slot was counted against the drain's timeout (invariant 9)
+    early = _observation([*history, deleted(T0 + 25)], actions=actions)
+    assert "precedence" in _judged(early)
+    # But deleted once the drain's own timeout was over (at 33 s), nothing is wrong
+    assert "precedence" not in _judged(_observation([*history, deleted(T0 + 33)], actions=actions))

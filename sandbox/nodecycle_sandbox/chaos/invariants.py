@@ -49,6 +49,7 @@ INVARIANTS = {
     "addresses": "no address leaked (one AWS locked: once unlocked), stolen, released while in use, or two on one instance (4)",
     "repair": "everything settles: nothing left half done at quiescence, after the sweepers ran (5)",
     "pdb": "no eviction takes a PodDisruptionBudget below its floor",
+    "precedence": "a drain in progress keeps precedence over nodes not yet touched, and its wait for a slot never counts against its timeout (9)",
     "slot-held": "no drain holds its slot past its timeout + force grace + a margin (+ faults on its own messages, deletes and completer), even on a dead node (10)",
 }
 # Outcomes that claim the node was emptied: with pods still on it, they are wrong.
@@ -128,6 +129,7 @@ def check(observation: Observation) -> list[Violation]:
         _repair,
         _pdb,
         _slot_held,
+        _precedence,
     ):
         found += list(judge(observation))
     return found
@@ -814,3 +816,88 @@ def _deliveries_held_up(o: Observation) -> dict[str, list[tuple[float, float]]]:
         for instance in instances:
             found.setdefault(instance, []).append((o.acting_at + firing.at, cost))
     return found
+
+
+def _precedence(o: Observation) -> Iterator[Violation]:
+    """Design invariant 9, on what the world recorded. (1) A drain in progress keeps precedence: a write of the
+    budget document that grants a slot to a node not yet touched (not cordoned then) must not take the room of a
+    waiter whose node is cordoned (its drain under way, its slot lost) and whose terminate action is open: one
+    that fitted beside the holders without the newcomer and no longer does with it. A newcomer whose action's
+    global timeout is near enough to be forced past the budget is excused (it goes either way). (2) Time spent
+    waiting for a slot never counts against the drain's timeout: no pod of the node is deleted (the force policy)
+    before the drain's own timeout after it began (``_forced_from``: early never late)."""
+    instance_of = {node: instance for instance, node in o.nodes_of.items()}
+    open_at: dict[str, list[tuple[float, float, float]]] = {}  # node -> (start, end, global deadline)
+    for action in o.actions:
+        node = o.nodes_of.get(action.instance_id)
+        if action.transition == TERMINATING and node is not None:
+            end = action.finished_at if action.finished_at is not None else float("inf")
+            open_at.setdefault(node, []).append((action.started_at, end, action.global_deadline))
+    skew = max((abs(f.value or 0.0) for f in o.scenario.faults if f.kind == "clock-skew"), default=0.0)
+    forced_may_begin = DRAIN_TIMEOUT + DRAIN_TAIL_LONGEST + skew  # the product's full drain, rounded up
+    cordoned: dict[str, bool] = {}
+    before: dict[str, Any] = {}
+    told: set[tuple[str, str]] = set()
+    for entry in o.history:
+        if entry.kind == "Node":
+            cordoned[entry.name] = entry.unschedulable and not entry.removed
+            continue
+        if (doc := _budget_written(entry)) is None:
+            continue
+        holders = {str(h.get("node")): h.get("zone") for h in doc.get("holders", [])}
+        was = {str(h.get("node")) for h in before.get("holders", [])}
+        waited = {str(w.get("node")) for w in before.get("waiters", [])}
+        now = entry.time
+        for granted in sorted(set(holders) - was):
+            if cordoned.get(granted, False):
+                continue  # a drain in progress itself
+            if any(
+                start <= now < end and now >= deadline - forced_may_begin
+                for start, end, deadline in open_at.get(granted, ())
+            ):
+                continue  # near its global timeout: forced past the budget, as it may be
+            for waiter in doc.get("waiters", []):
+                node = str(waiter.get("node"))
+                if node not in waited or node in holders or not cordoned.get(node, False):
+                    continue
+                if not any(start <= now < end for start, end, _ in open_at.get(node, ())):
+                    continue  # a waiter's entry left behind by an action over: no drain to precede
+                rest = {n: z for n, z in holders.items() if n != granted}
+                if _fits(waiter.get("zone"), rest) and not _fits(waiter.get("zone"), holders):
+                    if (granted, node) in told:
+                        continue
+                    told.add((granted, node))
+                    yield Violation(
+                        "precedence",
+                        f"{granted}, not yet touched, granted a slot at {now - o.acting_at:.1f}s that {node} "
+                        f"({instance_of.get(node)}), cordoned and waiting, fitted in",
+                    )
+        before = doc
+    forced_from = _forced_from(o)
+    node_of_pod: dict[tuple[str, str], str] = {}
+    for entry in o.history:
+        if entry.kind != "Pod":
+            continue
+        if node := (entry.object.get("spec") or {}).get("nodeName"):
+            node_of_pod[(entry.namespace, entry.name)] = node
+        if entry.source != API or entry.verb != "delete" or entry.resource == "pods/eviction":
+            continue
+        node = node_of_pod.get((entry.namespace, entry.name))
+        if node is None or node not in instance_of:
+            continue
+        due = forced_from.get(node)
+        if due is not None and entry.time < due - CLOCK_SLACK:
+            yield Violation(
+                "precedence",
+                f"pod {entry.namespace}/{entry.name} on {node} deleted at {entry.time - o.acting_at:.1f}s, "
+                f"{due - entry.time:.1f}s before its drain's own timeout was over",
+            )
+
+
+def _fits(zone: str | None, holders: dict[str, Any]) -> bool:
+    """Whether one more node of ``zone`` fits beside ``holders`` (node -> zone) under the campaign's limits; a node
+    of unknown zone counts against every zone."""
+    if len(holders) + 1 > LIMITS["total"]:
+        return False
+    load = sum(1 for z in holders.values() if z is None or zone is None or z == zone)
+    return load + 1 <= LIMITS["per_zone"]
