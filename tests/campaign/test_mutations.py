@@ -8,8 +8,10 @@ from pathlib import Path
 
 import pytest
 
-from nodecycle_sandbox.chaos import world
+from nodecycle_sandbox.chaos import invariants, world
 from nodecycle_sandbox.chaos.mutations import MUTATIONS, Mutation, check_mutation, mutated_layer
+from nodecycle_sandbox.chaos.plan import Scenario
+from nodecycle_sandbox.faults import Fault
 
 ROOT = Path(__file__).resolve().parents[2]
 # The budget's mutation: a seed whose first instance refresh is the smallest that shows it, 3 instances drained
@@ -73,6 +75,45 @@ def test_a_product_that_deletes_pods_instead_of_evicting_them_is_caught(
     assert result.caught, f"not caught in {result.scenarios_run} scenarios"
     assert result.invariant is not None
     assert "pdb" in result.invariant
+
+
+@pytest.mark.slow
+def test_a_product_whose_sweeper_never_heartbeats_is_caught_when_its_work_queue_stalls() -> None:
+    # Given a copy of the product whose sweeper keeps no open action alive (invariant 11)
+    mutation = next(m for m in MUTATIONS if m.name == "sweeper-keep-alive-skipped")
+    # ...and a terminate whose drain function's event source mapping is disabled for 50 s from the start (an
+    # outage the campaign draws: up to 60 s), longer than the hooks' heartbeat timeout (30 s): only the sweeper
+    # can keep the action alive meanwhile. (Seed 3's first three scenarios draw no such stall; one crafted
+    # scenario shows the bug in about a minute.)
+    stalled = Fault("f1", "mapping-paused", "DrainFunction", 1.0, start=0.0, stop=50.0, limit=1, value=0)
+    scenario = Scenario(
+        seed=0,
+        index=0,
+        kind="terminate",
+        stacks=("a",),
+        size=3,
+        keep=3,
+        terminate=1,
+        min_healthy=0,
+        replicas=3,
+        shutdown=0.3,
+        lost_kubelet_at=None,
+        sweeps=(),
+        faults=(stalled,),
+        node_removal=3.0,
+        pod_gc_quarantine=2.0,
+    )
+
+    # When it runs on the mutated product
+    with (
+        mutated_layer(ROOT, mutation) as layer,
+        world.World(root=ROOT, layer_dir=layer, warm_up=False) as mutated,
+    ):
+        observation = mutated.run(scenario)
+
+    # Then Auto Scaling ended the action at its heartbeat timeout, undrained, and the campaign says so
+    found = {v.invariant for v in invariants.check(observation)}
+    assert "global-timeout" in found, found
 
 
 _SEED_WORKLOADS = world.ScenarioRun._seed_workloads

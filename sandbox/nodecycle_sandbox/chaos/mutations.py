@@ -86,6 +86,13 @@ MUTATIONS = (
         "                True  # MUTATION: every associated address taken for a gone instance's\n",
     ),
     Mutation(
+        "sweeper-keep-alive-skipped",
+        "the sweeper never heartbeats an open action: a stalled work queue lets Auto Scaling end it undrained",
+        "nodecycle/domain/sweep/lifecycles.py",
+        "        if not self._heartbeat_due(record, now, late):\n            return record\n",
+        "        if True:  # MUTATION: the sweeper's keep-alive heartbeat skipped\n            return record\n",
+    ),
+    Mutation(
         "confirm-skipped",
         "the engine takes every action it is told of for active: Auto Scaling is not asked",
         "nodecycle/adapters/aws/autoscaling.py",
