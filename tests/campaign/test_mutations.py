@@ -78,6 +78,21 @@ def test_a_product_that_deletes_pods_instead_of_evicting_them_is_caught(
 
 
 @pytest.mark.slow
+def test_a_product_that_forces_its_pods_out_before_the_drain_timeout_is_caught() -> None:
+    # Given a copy of the product whose force policy deletes the pods at the drain's second poll, its timeout over
+    # or not (invariant 9: only the drain's own time counts against its timeout)
+    mutation = next(m for m in MUTATIONS if m.name == "force-before-timeout")
+
+    # When seed 3's first instance refresh runs on it (its pods still stopping at the second poll: deleted there)
+    result = check_mutation(ROOT, mutation, seed=3, max_scenarios=1, kinds=("refresh",), warm_up=False)
+
+    # Then the campaign reports pods deleted before their drain's timeout was over, breach of a PDB or not
+    assert result.caught, f"not caught in {result.scenarios_run} scenarios"
+    assert result.invariant is not None
+    assert "precedence" in result.invariant
+
+
+@pytest.mark.slow
 def test_a_product_whose_sweeper_never_heartbeats_is_caught_when_its_work_queue_stalls() -> None:
     # Given a copy of the product whose sweeper keeps no open action alive (invariant 11)
     mutation = next(m for m in MUTATIONS if m.name == "sweeper-keep-alive-skipped")
