@@ -133,8 +133,8 @@ class LifecycleRepair:
         # What the first part of the sweep (``last_chances``) did, for its lifecycles' part
         self._first: _FirstPart | None = None
         # This sweep's settlements whose completion failed for a while (throttled past the client's retries): the
-        # lifecycle's id -> the seq of the claim the settlement left on it, None when it withdrew it (see ``_settle``)
-        self._unsettled: dict[str, int | None] = {}
+        # lifecycle's id -> the seq its settlement left it at, claimed or its claim withdrawn (see ``_settle``)
+        self._unsettled: dict[str, int] = {}
 
     def last_chances(self, open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
         """The first part of a sweep: settle the open actions at their last chance, before any other part.
@@ -305,14 +305,12 @@ class LifecycleRepair:
         return counts
 
     def _cannot_wait(self, record: LifecycleRecord, time: SweepTime) -> bool:
-        """Whether the first part takes an open action (``last_chances``), and past its own share of the sweep, on the
-        orphans' keep-alive's (``SweepTime.enough_before_the_next``): one whose deadline (its heartbeat's, or its global
-        timeout), less a completion's margin, comes before that part may end (a backlog of held instances, each
-        heartbeat throttled, uses its share to the end). Left to the lifecycles' part, after it, a batch of a stalled instance refresh, their global timeouts 140 s
-        into a throttled sweep, had its last settlements made after that timeout: Auto Scaling ended them with the
-        hook's default result, not the product (invariant 2; tests/unit/sweeper/test_last_chances_under_throttling
-        .py). One that can wait is left to that part, and the orphans keep the rest of their share: taken in the
-        order of their deadlines, the first that can wait ends the part."""
+        """Whether the first part (``last_chances``) takes the open action ``record`` even past its own share, on the
+        orphans' (``SweepTime.enough_before_the_next``): its deadline (its heartbeat's, or its global timeout), less
+        a completion's margin, comes before the orphans' part may end. Left to the lifecycles' part, after it, a
+        stalled instance refresh's actions due 140 s into a throttled sweep were settled after their global timeout
+        (invariant 2; tests/unit/sweeper/test_last_chances_under_throttling.py). Taken in the order of their
+        deadlines: the first that can wait ends the part, and the orphans keep the rest of their share."""
         if not record.action_open or not time.enough_before_the_next():
             return False
         reached_by = self._clock.now() + timedelta(seconds=time.next_part_ends_within())

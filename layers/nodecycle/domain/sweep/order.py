@@ -19,10 +19,10 @@ def sweep_parts(
 ) -> dict[str, SweepPart]:
     """The parts of a sweep, in their order: the settlements of the open actions at their last chance, and the
     heartbeats that cannot wait for the orphans' part (``repair``'s ``last_chances``: before any part whose length
-    would push them past their deadline), the orphans' keep-alive
-    (``keep_alive``), the lifecycles' ``repair`` (all but those the first part reached), the orphans' adoptions (``adopt``), the parts that act on the cluster (``cluster``: the budget's, the
-    annotations'; none for a fleet without Kubernetes), and the ``addresses``' (always: addresses left from when
-    EIPs were on still need freeing)."""
+    would push them past their deadline), the orphans' keep-alive (``keep_alive``), the lifecycles' ``repair`` (all
+    but those the first part reached), the orphans' adoptions (``adopt``), the parts that act on the cluster
+    (``cluster``: the budget's, the annotations'; none for a fleet without Kubernetes), and the ``addresses``'
+    (always: addresses left from when EIPs were on still need freeing)."""
     return {
         "last-chances": repair.last_chances,
         "orphans": keep_alive,

@@ -30,8 +30,8 @@ LIFECYCLES_SHARE = timedelta(seconds=60)
 # Held back for the orphans' keep-alive from the settlements of the actions at their last chance, which come first
 # (see LifecycleRepair.last_chances): an orphan's heartbeat is due at every sweep, and many actions at their last
 # chance at once (a stalled instance refresh), each settlement throttled and retried, would otherwise take its time.
-# All but the settlements whose deadline comes before the orphans' part may end: those are made on this share (see
-# LifecycleRepair._cannot_wait), as they would otherwise come past their global timeout.
+# All but the settlements and heartbeats whose deadline comes before the orphans' part may end: those are made on this
+# share (see LifecycleRepair._cannot_wait), as they would otherwise come past that deadline.
 ORPHANS_SHARE = timedelta(seconds=60)
 
 # The time held back for each part from the parts before it (the sweeper's part names). The parts after the

@@ -120,10 +120,9 @@ class Sweeper:
         names = list(self._parts)
         end = SweepEnd()  # (the sweep's end, when a part sets one: every part after it keeps to it)
         for index, (name, part) in enumerate(self._parts.items()):
-            later = sum((self._shares.get(after, timedelta()) for after in names[index + 1 :]), timedelta())
-            next_share = (
-                self._shares.get(names[index + 1], timedelta()) if index + 1 < len(names) else timedelta()
-            )
+            shares = [self._shares.get(after, timedelta()) for after in names[index + 1 :]]
+            later = sum(shares, timedelta())
+            next_share = shares[0] if shares else timedelta()  # (the part right after this one)
             time = SweepTime(
                 time_left, self._reserve, held_back=later, late=late, end=end, next_share=next_share
             )
