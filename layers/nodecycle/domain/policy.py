@@ -129,11 +129,11 @@ def maintenance_look(lead: timedelta) -> timedelta:
     return max(MAINTENANCE_LOOK_LEAST, min(MAINTENANCE_LOOK, lead))
 
 
-# A maintenance's drain waiting in the budget's line looks at EC2's listing of it this many times per lead time (once per
-# MAINTENANCE_LOOK at most, per MAINTENANCE_LOOK_LEAST at least). It stands in line from its due time until its action's
-# end forces it past the budget, a whole drain (its timeout and tail) before the start: with the default drain timeout,
-# about 18 minutes. Looking once per MAINTENANCE_LOOK there, a lead time of half an hour never looked before it was
-# forced, and a maintenance moved later or called off meanwhile was drained all the same.
+# A maintenance's drain waiting in the budget's line looks at EC2's listing of it this many times per lead time (at
+# least once per MAINTENANCE_LOOK, at most once per MAINTENANCE_LOOK_LEAST). It stands in line from its due time until
+# its action's end forces it past the budget, a whole drain (its timeout and tail) before the start: with the default
+# drain timeout, about 18 minutes. Looking once per MAINTENANCE_LOOK there, a lead time of half an hour never looked
+# before it was forced, and a maintenance moved later or called off meanwhile was drained all the same.
 MAINTENANCE_LOOKS_IN_LINE = 4
 
 

@@ -493,12 +493,10 @@ class AcquireSlot:
 
     def _terminated(self, record: LifecycleRecord, node: NodeInfo) -> bool:
         """Whether the group terminates the instance of a maintenance's lifecycle: a terminate lifecycle of this owner
-        and instance claims its node (drains it), or released it (drained it, its action completed), its instance
-        leaving for good (not for its warm pool, from which it comes back). Its drain is the node's: the maintenance's
-        own, asked for while it waited (in line, or for its due time), was a second drain of the node, a slot taken
-        from the nodes that need one once the first gave its own back (a terminating instance runs, and EC2 lists
-        its maintenance, until its hook completes). Its record read only for a node so marked: no read on a drain's
-        way otherwise."""
+        and instance claims its node (drains it) or released it (drained it), its instance leaving for good (not for
+        its warm pool, from which it comes back). That drain is the node's: the maintenance's own would drain it a
+        second time, a slot taken from the nodes that need one (a terminating instance runs, and EC2 lists its
+        maintenance, until its hook completes). The terminate's record is read only for a node so marked."""
         for named in {node.lifecycle, node.released_for} - {None, record.id}:
             try:
                 instance_id, transition, _ = parse_record_id(str(named))
@@ -806,10 +804,10 @@ def _earlier_drain(record: LifecycleRecord) -> LifecycleRecord | None:
 
 
 def _listed_start(record: LifecycleRecord, starts: list[datetime]) -> datetime | None:
-    """The start of the maintenance of ``record`` among the ``starts`` EC2 lists to come for its instance (its own,
-    moved or not, or one before it); None: called off. The first of them, unless none is listed, or only later ones
-    are, the first of them the next lifecycle's on the record (SUCCESSOR) or later: this one was called off, and that
-    one drains in its own time."""
+    """The start of the maintenance of ``record`` as EC2 lists it: the earliest of the ``starts`` listed for its
+    instance (its own, moved or not, or one before it). None: called off, as none is listed, or the earliest is
+    later than its start and no earlier than the next lifecycle's on the record (SUCCESSOR): that one is the next
+    maintenance's, which drains in its own time."""
     first = min(starts, default=None)
     if first is None or first <= record.global_deadline:
         return first
