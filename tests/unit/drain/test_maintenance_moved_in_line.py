@@ -275,3 +275,23 @@ def test_a_maintenance_whose_instance_goes_to_its_warm_pool_still_drains() -> No
 
     # Then it asks for its slot as before: EC2's listing says whether the stop carried the reboot out
     assert len(slots.requests) == 1
+
+
+def test_a_waiter_whose_maintenance_ec2_does_not_list_yet_stays_in_line() -> None:
+    # Given a reboot AWS Health told of five minutes before its drain came due, which EC2 did not list at intake
+    # (its list may lag Health's notice: drained as Health tells it until MAINTENANCE_LISTED_WITHIN has passed), its
+    # drain waiting in line since its due time
+    slots = FakeSlots(room=0)
+    told = T0 - timedelta(minutes=5)
+    record = maintenance(Step.ACQUIRE_SLOT, STARTS, started_at=told, received_at=told, extra={})
+    first = ask(record, listing(), slots, T0)
+    assert first.changes["slot_waiting_since"] == T0
+    waiting = advance(record, first, T0)
+
+    # When it looks at EC2 a look interval on, EC2 listing it still not (20 minutes after Health told of it)
+    outcome = ask(waiting, listing(), slots, LOOKS)
+
+    # Then it keeps its place and asks as it waits: not settled undrained as a maintenance called off
+    assert outcome.then is not Step.CLEANUP, outcome
+    assert slots.released == []
+    assert len(slots.requests) == 2

@@ -348,8 +348,7 @@ class AcquireSlot:
         if record.extra.get(KEPT_ON_NODE):
             return self._until_due(record, record.global_deadline, now) if early else None
         listed_then = bool(record.extra.get(MAINTENANCE_LISTED))
-        if not listed_then and now - record.started_at < MAINTENANCE_LISTED_WITHIN:
-            # (EC2 may not list it yet)
+        if _unlisted_yet(record, now):
             return self._until_due(record, record.global_deadline, now) if early else None
         try:
             starts = [event.not_before for event in self._maintenance.scheduled_events(record.instance_id)]
@@ -415,7 +414,7 @@ class AcquireSlot:
           back for the budget's TTL (a late delivery's refusal): a drain due again sooner than that waits it out.
         - listed no more (called off, or carried out: "[Canceled]", "[Completed]"), or only the next lifecycle's on
           the record or later: its node is not drained for it (``maintenance-not-listed``), its cleanup gives its
-          place in line back.
+          place in line back. Unless EC2 may not list it yet (``_unlisted_yet``): it asks as it waits.
 
         EC2 not answering, it asks as it waits: the drain is not held back for a look once due."""
         maintenance, since = self._maintenance, record.slot_waiting_since
@@ -432,6 +431,8 @@ class AcquireSlot:
             )
             return None
         listed = _listed_start(record, starts)
+        if listed is None and _unlisted_yet(record, now):
+            return None
         if listed is None:
             log.warning(
                 "EC2 lists no maintenance of %s by its start %s (called off while it waits in line): it leaves the "
@@ -801,6 +802,13 @@ def _earlier_drain(record: LifecycleRecord) -> LifecycleRecord | None:
             "drain_started_at": datetime.fromisoformat(str(earlier["drain_started_at"])),
         }
     )
+
+
+def _unlisted_yet(record: LifecycleRecord, now: datetime) -> bool:
+    """Whether EC2 may not list the maintenance of ``record`` yet: it did not at intake, and AWS Health told of it
+    less than MAINTENANCE_LISTED_WITHIN ago (EC2's list may lag Health's notice). Not listed, it is drained as Health
+    tells it, not taken for one called off."""
+    return not record.extra.get(MAINTENANCE_LISTED) and now - record.started_at < MAINTENANCE_LISTED_WITHIN
 
 
 def _listed_start(record: LifecycleRecord, starts: list[datetime]) -> datetime | None:
