@@ -54,6 +54,10 @@ from nodecycle_sandbox.kube.store import Store
 logger = logging.getLogger(__name__)
 
 # What the DaemonSet controller adds to its pods so that cordoned or failing nodes keep them.
+# The sandbox kubelets' nodeStatusReportFrequency (real: 5 minutes), short enough for its tests (see
+# Controllers.status_report_seconds)
+STATUS_REPORT_SECONDS = 20.0
+
 _DAEMON_TOLERATIONS = [
     {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
     {"key": "node.kubernetes.io/unreachable", "operator": "Exists", "effect": "NoExecute"},
@@ -129,6 +133,13 @@ class Controllers:
         # node still shows the Ready and bootID left from before the reboot. 0: both at once.
         self.boot_status_lag = 0.0
         self._boot_status_at: dict[str, float] = {}  # node -> when its booted kubelet first posts status
+        # How often a live kubelet posts its node's status with nothing changed, a new lastHeartbeatTime in its
+        # Ready condition: the real one every nodeStatusReportFrequency (5 minutes; kubelet config, "the frequency
+        # that kubelet posts node status to master if node status does not change"), at once on a change. Shorter
+        # here, at a rate tests afford; None: only on a change.
+        self.status_report_seconds: float | None = STATUS_REPORT_SECONDS
+        # node -> when its kubelet last re-posted an unchanged status (monotonic)
+        self._reported_at: dict[str, float] = {}
         self._static_pods: dict[str, list[StaticPod]] = {}
 
     # --- hooks for the sandbox's helpers ------------------------------------------------------------
@@ -245,7 +256,9 @@ class Controllers:
             changed |= self._sync_statuses()
             revision = self._store.revision
             renewal = self._kubelet.renew_leases()
+            report = self._report_statuses()
             changed |= self._store.revision != revision
+            renewal = min((at for at in (renewal, report) if at is not None), default=None)
             deadlines = [d for d in (node_deadline, pod_deadline) if d is not None]
             # (a lagging namespace controller, a hung runtime's PLEG, or podgc's quarantine (40 s), is a timer of
             # the loop's, not work that settling waits for)
@@ -294,6 +307,42 @@ class Controllers:
                 changed = True
         ready_due = min((*self._node_ready_at.values(), *self._boot_status_at.values()), default=None)
         return changed, ready_due, min(self._kubelet_lost_at.values(), default=None)
+
+    def _report_statuses(self) -> float | None:
+        """Each live kubelet whose node it posted Ready posts it again, unchanged but for the Ready condition's
+        lastHeartbeatTime, once ``status_report_seconds`` have passed since its last post; not a kubelet that booted
+        and has not posted its first status yet, nor one whose runtime hung. Returns when the next post is due."""
+        every = self.status_report_seconds
+        if every is None:
+            return None
+        mono = time.monotonic()
+        due: list[float] = []
+        names = set()
+        for node in self._store.items(NODES):
+            name = name_of(node)
+            names.add(name)
+            if (
+                not self._kubelet.alive_on(name)
+                or name in self._boot_status_at
+                or self._kubelet.runtime_hung(name)
+                or not node_ready(node)
+            ):
+                self._reported_at.pop(name, None)
+                continue
+            last = self._reported_at.setdefault(name, mono)
+            if mono >= last + every:
+                now = time.time()
+                posted = json_copy(node)
+                status = posted.setdefault("status", {})
+                status["conditions"] = with_condition(
+                    status.get("conditions") or [], ready_condition(True, now), now
+                )
+                self._store.write(NODES, posted, verb="update", source=SANDBOX, resource="nodes/status")
+                last = self._reported_at[name] = mono
+            due.append(last + every)
+        for gone in set(self._reported_at) - names:
+            del self._reported_at[gone]
+        return min(due, default=None)
 
     def _write_node_ready(self, node: JsonObj, ready: bool) -> bool:
         if node_ready(node) == ready:

@@ -199,6 +199,9 @@ class Kubelet:
     def alive_on(self, node: str) -> bool:
         return node not in self._dead
 
+    def runtime_hung(self, node: str) -> bool:
+        return node in self._hung
+
     def renew_lease(self, node: str) -> None:
         """The node's kubelet renews its Lease now (creating it, as a kubelet that starts does); a dead one
         does not."""

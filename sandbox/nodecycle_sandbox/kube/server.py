@@ -24,7 +24,7 @@ from nodecycle_sandbox.kube.auth import (
     make_eks_token,
 )
 from nodecycle_sandbox.kube.builders import node_object
-from nodecycle_sandbox.kube.controllers import ControllerLoop, Controllers, StaticPod
+from nodecycle_sandbox.kube.controllers import STATUS_REPORT_SECONDS, ControllerLoop, Controllers, StaticPod
 from nodecycle_sandbox.kube.counters import Counters
 from nodecycle_sandbox.kube.faults import KubeFaults
 from nodecycle_sandbox.kube.history import SANDBOX, HistoryEntry
@@ -65,6 +65,9 @@ class KubeServer:
             Ready=Unknown (kube-controller-manager's ``--node-monitor-grace-period``: 40 s).
         node_lease_renew_seconds: how often each live kubelet renews its node's Lease in ``kube-node-lease``
             (the kubelet's: a quarter of its 40 s lease duration); a lost kubelet's Lease is left as it was.
+        node_status_report_seconds: how often each live kubelet posts its node's status with nothing changed, a
+            new Ready lastHeartbeatTime (the kubelet's nodeStatusReportFrequency: 5 minutes; shorter by default,
+            for tests that wait for it); None: only on a change.
         pod_gc_quarantine_seconds: how long the pods of a deleted node stay in the API (Running, or
             Terminating) before the pod garbage collector force-deletes them (kube-controller-manager's
             quarantineTime: 40 s, the default). A test that wants them gone sooner says so (0: at once).
@@ -94,6 +97,7 @@ class KubeServer:
         token_max_age_seconds: float | None = TOKEN_LIFETIME_SECONDS,
         node_monitor_grace_seconds: float = 40.0,
         node_lease_renew_seconds: float = 10.0,
+        node_status_report_seconds: float | None = STATUS_REPORT_SECONDS,
         pod_gc_quarantine_seconds: float = 40.0,
         unreachable_toleration_seconds: float = 300.0,
         pleg_threshold_seconds: float = 180.0,
@@ -129,6 +133,7 @@ class KubeServer:
             pod_gc_quarantine=pod_gc_quarantine_seconds,
             unreachable_toleration=unreachable_toleration_seconds,
         )
+        self._controllers.status_report_seconds = node_status_report_seconds
         self._counters = Counters()
         self.rbac = Rbac()
         self._store.listeners.append(self._rbac_changed)
@@ -422,6 +427,15 @@ class KubeServer:
         if seconds < 0:
             raise ValueError(f"boot status lag must not be negative, got {seconds}")
         self._controllers.boot_status_lag = seconds
+        self._poke()
+
+    def set_status_report_seconds(self, seconds: float | None) -> None:
+        """How often each live kubelet posts its node's status with nothing changed (a new Ready
+        lastHeartbeatTime), as a real one does every nodeStatusReportFrequency (see
+        Controllers.status_report_seconds); None: only on a change."""
+        if seconds is not None and seconds <= 0:
+            raise ValueError(f"status report period must be positive, got {seconds}")
+        self._controllers.status_report_seconds = seconds
         self._poke()
 
     def revive_kubelet(self, name: str) -> None:

@@ -308,6 +308,30 @@ def test_a_kubelet_renews_its_lease_while_it_runs_and_leaves_it_once_lost() -> N
         kube.api_client.close()
 
 
+def test_a_live_kubelet_posts_its_unchanged_status_periodically_and_a_lost_one_does_not() -> None:
+    # (the real kubelet every nodeStatusReportFrequency, 5 minutes: a new Ready lastHeartbeatTime, whole seconds)
+    with KubeServer(tick_seconds=0.02, node_status_report_seconds=1.1) as server:
+        node = node_name(0, 10)
+
+        def heartbeat() -> str:
+            found = server.get_object("nodes", node)
+            assert found is not None
+            return next(c["lastHeartbeatTime"] for c in found["status"]["conditions"] if c["type"] == "Ready")
+
+        # Given a node its kubelet posted Ready
+        server.seed({"nodes": nodes_seed(1)})
+        first = heartbeat()
+
+        # When time passes with nothing changed, Then its kubelet posts the node's status again
+        wait_until(lambda: heartbeat() > first, what="a status report", timeout=5)
+
+        # When the kubelet is lost, Then it posts none (the node still Ready until the node monitor's grace)
+        server.kill_kubelet(node)
+        last = heartbeat()
+        time.sleep(2.5)  # more than two reports of a live kubelet
+        assert (heartbeat(), _ready_status(server, node)) == (last, "True")
+
+
 def _taints(server: KubeServer, node: str) -> set[tuple[str, str]]:
     found = server.get_object("nodes", node) or {}
     return {(t["key"], t["effect"]) for t in found["spec"].get("taints") or []}
