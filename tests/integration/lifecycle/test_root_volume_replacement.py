@@ -147,10 +147,10 @@ def test_a_launch_back_from_a_root_volume_replacement_waits_for_the_rebooted_kub
             )
 
 
-def uncordoned_again(sandbox: Sandbox, node: str) -> None:
+def uncordoned_again(sandbox: Sandbox, node: str, *, within: float = 60) -> None:
     wait_for(
         lambda: not cordoned(node_object(sandbox, node)) and ready(node_object(sandbox, node)),
-        60,
+        within,
         f"node {node} uncordoned after the root volume replacement",
     )
 
@@ -247,6 +247,54 @@ def test_without_a_launch_hook_a_node_is_uncordoned_only_once_the_rebooted_kubel
 
         # Then each node was uncordoned once its rebooted kubelet had posted its status (a new bootID, Ready), not
         # on the Ready condition its kubelet left before the reboot, in service again moments after the replacement
+        history = sandbox.kube.history()
+        for instance in instances:
+            node = nodes[instance]
+            writes = [
+                e for e in history if e.resource.startswith("nodes") and e.name == node and not e.removed
+            ]
+            back_at = min(e.time for e in writes if boot_id(e.object) != booted[node])
+            cordoned_at = min(e.time for e in writes if cordoned(e.object))
+            uncordoned_at = min(e.time for e in writes if e.time > cordoned_at and not cordoned(e.object))
+            assert uncordoned_at >= back_at, (
+                f"node {node} uncordoned {back_at - uncordoned_at:.1f} s before its kubelet ran"
+            )
+
+
+BOOT_STATUS_LAG_SECONDS = 30.0
+
+
+def test_without_a_launch_hook_a_node_is_uncordoned_only_once_its_rebooted_kubelet_posted_not_on_its_lease() -> (
+    None
+):
+    # Given a group with nodecycle's terminate hook only, whose instances boot from their new root volume in 20 s,
+    # and whose rebooted kubelets renew their Leases 30 s before they first post their nodes' status (the kubelet
+    # runs its node Lease controller beside its status loop: kubelet.go, Kubelet.Run)
+    terminate_only = (HookSpec("nodecycle-terminate", TERMINATING, HOOK_TIMEOUT, "CONTINUE"),)
+    with running(size=2, hooks=terminate_only) as sandbox:
+        sandbox.aws.configure(root_volume_boot_seconds=SLOW_BOOT_SECONDS)
+        sandbox.kube.set_boot_status_lag(BOOT_STATUS_LAG_SECONDS)
+        instances = sorted(sandbox.asg.in_state("InService"))
+        # (in service before their nodes join: no launch hook waits for them)
+        for instance in instances:
+            wait_for(functools.partial(joined, sandbox, instance), 60, f"the node of {instance}")
+        nodes = {instance: node_of(sandbox, instance) for instance in instances}
+        booted = {node: boot_id(node_object(sandbox, node)) for node in nodes.values()}
+        sandbox.kube.reset_history()
+
+        # When an instance refresh replaces their root volumes, one at a time
+        refresh = sandbox.asg.start_refresh(min_healthy_percentage=50, strategy=REPLACE_ROOT_VOLUME)
+        timeline = sandbox.asg.wait_refresh(refresh, timeout=240)
+        assert timeline.status == "Successful"
+        for instance in instances:
+            uncordoned_again(sandbox, nodes[instance], within=60 + BOOT_STATUS_LAG_SECONDS)
+            node = nodes[instance]
+            back = functools.partial(booted_again, sandbox, node, booted[node])
+            wait_for(
+                back, 2 * SLOW_BOOT_SECONDS + BOOT_STATUS_LAG_SECONDS, f"the rebooted kubelet of node {node}"
+            )
+
+        # Then each node was uncordoned once its rebooted kubelet had posted its status, not on its renewed Lease
         history = sandbox.kube.history()
         for instance in instances:
             node = nodes[instance]

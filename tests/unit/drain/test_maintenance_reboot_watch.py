@@ -192,3 +192,34 @@ def test_a_node_whose_reboot_is_over_with_a_later_maintenance_listed_is_not_unco
     assert cluster.cordoned == set()
     assert (NODE, "UncordonedUntilMaintenance", "Normal") in events.written
     assert "successor" in outcome.changes["extra"]
+
+
+def test_a_node_whose_rebooted_kubelet_renewed_its_lease_before_its_status_stays_cordoned_until_it_posts() -> (
+    None
+):
+    # Given a node drained for a reboot that EC2 lists completed as the instance boots: Ready on the old boot, its
+    # Ready heartbeat the old kubelet's last status report
+    cluster, events, _, watching, step = watching_after_reboot()
+    old_beat = REBOOT_AT - timedelta(minutes=2)
+    posted(cluster, "8", ready_heartbeat_at=old_beat)
+    cluster.leases[NODE] = LAST_RENEWAL
+    outcome, watching = look(step, watching, REBOOT_AT + timedelta(minutes=11))
+    assert outcome.again
+
+    # When the rebooted kubelet renews the Lease before its first status post (its node Lease controller runs
+    # beside its status loop), the node still saying the old boot and heartbeat
+    cluster.leases[NODE] = REBOOT_AT + timedelta(minutes=11, seconds=30)
+    outcome, watching = look(step, watching, REBOOT_AT + timedelta(minutes=12))
+
+    # Then the node stays cordoned
+    assert (outcome.again, outcome.delay) == (True, MAINTENANCE_POLL_SECONDS)
+    assert cluster.cordoned == {NODE}
+
+    # When a kubelet of that boot posts the node's status (a heartbeat since the first look)
+    posted(cluster, "9", ready_heartbeat_at=REBOOT_AT + timedelta(minutes=12, seconds=10))
+    outcome, _ = look(step, watching, REBOOT_AT + timedelta(minutes=13))
+
+    # Then the cordon is lifted
+    assert (outcome.then, outcome.again) == (None, False)
+    assert cluster.cordoned == set()
+    assert (NODE, "UncordonedAfterMaintenance", "Normal") in events.written

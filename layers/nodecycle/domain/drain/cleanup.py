@@ -106,6 +106,9 @@ BOOT_BEFORE = "boot_before"
 # Cleanup._kubelet_back)
 LEASE_AT_OVER = "lease_at_over"
 NO_LEASE = "none"
+# record.extra key: the node's Ready lastHeartbeatTime (NO_LEASE: none told) at that same first look: a status posted
+# since is a kubelet's of now, a renewed Lease alone is not (see Cleanup._kubelet_back)
+HEARTBEAT_AT_OVER = "heartbeat_at_over"
 # Auto Scaling lifecycle states (prefixes) of an instance that is not coming back to its group's service after
 # a maintenance: terminated, detached, or gone into its warm pool (a wider set than the engine's
 # TERMINATION_STATES, which says only whether a launch action ended with its instance)
@@ -691,7 +694,15 @@ class Cleanup:
         way: the node's Lease tells them apart, which a live kubelet renews about every 10 s and a booting instance's
         does not. Its renewTime at the first such look is kept (LEASE_AT_OVER); a later look that finds it renewed
         since finds the kubelet of that boot alive (a reboot would have brought another boot id). A Lease it may not
-        read (403: an RBAC from before the rule) leaves the Ready alone to tell, as the readiness gate does."""
+        read (403: an RBAC from before the rule) leaves the Ready alone to tell, as the readiness gate does.
+
+        A renewal alone is not enough: a rebooted kubelet runs its node Lease controller beside its status loop
+        (kubelet.go, Kubelet.Run) and may renew the Lease before its first status post, the node still saying the
+        old boot's id and Ready; lifted then, pods went to a node whose kubelet had not posted its status (as the
+        readiness gate found: launch._posted_since_the_reboot). So the Ready must be posted since that first look
+        too: its lastHeartbeatTime changed (HEARTBEAT_AT_OVER), which a kubelet of the same boot that ran all along
+        does at its next status report (nodeStatusReportFrequency, 5 minutes at most). A node that tells no
+        heartbeat leaves the Lease alone to tell, as before."""
         before = record.extra.get(BOOT_BEFORE)
         if not before or not node.boot_id or node.boot_id != before:
             return True, extra
@@ -706,10 +717,16 @@ class Cleanup:
             )
             return True, extra
         stamp = renewed.isoformat() if renewed is not None else NO_LEASE
+        beat = node.ready_heartbeat_at.isoformat() if node.ready_heartbeat_at is not None else NO_LEASE
         seen = extra.get(LEASE_AT_OVER)
         if seen is None:
-            return False, {**extra, LEASE_AT_OVER: stamp}
-        return renewed is not None and stamp != seen, extra
+            return False, {**extra, LEASE_AT_OVER: stamp, HEARTBEAT_AT_OVER: beat}
+        beat_seen = extra.get(HEARTBEAT_AT_OVER)
+        if beat_seen is None:
+            # (a watch whose first look kept no heartbeat, from a release before it was kept: this look's is its first)
+            return False, {**extra, HEARTBEAT_AT_OVER: beat}
+        posted = node.ready_heartbeat_at is None or beat != beat_seen
+        return renewed is not None and stamp != seen and posted, extra
 
     def _moved(
         self, node: NodeInfo, record: LifecycleRecord, starts: datetime, back: bool, now: datetime
