@@ -148,8 +148,10 @@ def test_a_maintenance_watch_whose_uncordon_keeps_failing_is_paced_told_and_ends
     assert released.again, "the watch waits for the reboot"
     record = record.model_copy(update=dict(released.changes))
 
-    # When the reboot is over, the instance stayed, and every PATCH of its node fails from then on
+    # When the reboot is over (the instance rebooted: its kubelet back on a new boot id, which the watch waits for
+    # before it lifts the cordon), the instance stayed, and every PATCH of its node fails from then on
     ec2.events.clear()
+    assert server.instance_rebooting(NODE) and server.instance_started(NODE)
     server.faults.arm([FAILURES[failure]], seed=1)
     runs = run(step, record, T0, T0 + HOURS)
 
