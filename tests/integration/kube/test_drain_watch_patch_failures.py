@@ -151,7 +151,8 @@ def test_a_maintenance_watch_whose_uncordon_keeps_failing_is_paced_told_and_ends
     # When the reboot is over (the instance rebooted: its kubelet back on a new boot id, which the watch waits for
     # before it lifts the cordon), the instance stayed, and every PATCH of its node fails from then on
     ec2.events.clear()
-    assert server.instance_rebooting(NODE) and server.instance_started(NODE)
+    assert server.instance_rebooting(NODE)
+    assert server.instance_started(NODE)
     server.faults.arm([FAILURES[failure]], seed=1)
     runs = run(step, record, T0, T0 + HOURS)
 
