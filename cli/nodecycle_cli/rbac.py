@@ -76,7 +76,9 @@ subjects:
 ---
 # The drain function's launch readiness gate reads a node's Lease, by name: its kubelet renews it every 10 s,
 # while a node object stays Ready for 40-50 s after its instance stopped (an instance back from a warm pool
-# at once would otherwise go in service before its kubelet runs). Nothing else in kube-node-lease.
+# at once would otherwise go in service before its kubelet runs). So do the watches that lift a cordon after a
+# reboot (scheduled maintenance, a Spot stop, a root volume replacement), on the boot id from before it. Nothing
+# else in kube-node-lease.
 apiVersion: rbac.authorization.k8s.io/v1
 kind: Role
 metadata:

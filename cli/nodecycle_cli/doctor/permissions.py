@@ -57,8 +57,8 @@ NEEDS: dict[str, tuple[Need, ...]] = {
             "leases",
             group="coordination.k8s.io",
             namespace="kube-node-lease",
-            why="the readiness gate tells a running kubelet from a node still Ready from before its instance "
-            "stopped (without it, Ready alone opens the gate)",
+            why="the readiness gate, and the watches that lift a cordon after a reboot, tell a running kubelet "
+            "from a node still Ready from before its instance stopped (without it, Ready alone tells)",
         ),
         *_BUDGET,
     ),
