@@ -134,8 +134,9 @@ class OrphanedActions:
         self._hooks_unread: set[str] = set()
 
     def keep_alive(self, open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
-        """The first sweep part: heartbeat every action held with no record. No record tells when its hook's
-        heartbeat timeout ends, and the first sighting may come just before it: no later part may delay it."""
+        """The sweep part right after the last chances (see order.sweep_parts): heartbeat every action held with no
+        record. No record tells when its hook's heartbeat timeout ends, and the first sighting may come just before
+        it: no later part may delay it."""
         self._hooks_unread = set()
         try:
             # (not a lifecycle whose action is over that still watches its node: into a warm pool, for weeks; the
