@@ -526,3 +526,27 @@ def test_a_node_granted_before_a_waiter_nearer_its_global_timeout_is_a_violation
     assert "precedence" in judged(5)
     # But when g's action began first, g's global timeout is the nearer: its grant is in order
     assert "precedence" not in judged(0.5)
+
+
+def test_the_steps_between_a_slots_grant_and_its_cordons_first_try_are_allowed_up_to_a_waiters_longest_ask() -> (
+    None
+):
+    # Given a node granted its slot at 3 s and cordoned at 5 s, its action completed at 46 s: 41 s after the cordon,
+    # where the product dates its drain (the pods are promised the whole timeout after it: see _forced_from), 43 s
+    # after the grant (seed 311 scenario 2: the step confirmed the slot and read the node for 1.3 s before its
+    # PATCH, and the slot was judged held 42.4 s against 42 s)
+    granted = _budget_holding(T0 + 3, NODE)
+    cordoned = [granted, _node(T0 + 5, owner="chaos-a", cordoned=True)]
+    assert "slot-held" not in _judged(_observation(cordoned, actions=[_terminate(T0 + 46)]))
+    # ...and one whose every PATCH was refused, the first at 5 s: the product's drain time runs from that try
+    refused = [Firing(5, "f1", "kube-webhook-deny", f"PATCH nodes {NODE}")]
+    never = _observation([granted], actions=[_terminate(T0 + 46)], firings=refused)
+    assert "slot-held" not in _judged(never)
+    # But not past a waiter's longest wait between two asks (4 x BudgetRetrySeconds: 8 s), which is the longest a
+    # slot passed on to a waiter whose wake-up was lost stands before its step runs: cordoned 12 s after its
+    # grant, completed 40 s after the cordon, the slot is held too long
+    late = [granted, _node(T0 + 15, owner="chaos-a", cordoned=True)]
+    assert "slot-held" in _judged(_observation(late, actions=[_terminate(T0 + 55)]))
+    # nor is a first try with no grant before it, or an unrelated fault, counted
+    other = [Firing(4, "f1", "kube-webhook-deny", "PATCH nodes other")]
+    assert "slot-held" in _judged(_observation([granted], actions=[_terminate(T0 + 46)], firings=other))

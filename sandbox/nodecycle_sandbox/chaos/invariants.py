@@ -14,6 +14,7 @@ from typing import Any
 from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING, ActionRecord
 from nodecycle_sandbox.chaos.world import (
     BUDGET,
+    BUDGET_RETRY,
     DRAIN_TIMEOUT,
     FORCE_GRACE,
     INSTANCE_TAG,
@@ -60,6 +61,15 @@ CLAIMS_DRAINED = frozenset({None, "completed", "drained", "drain-timeout-forced"
 TIMED_OUT = "drain-timeout-"
 GUARD_OUTCOME = "global-timeout-near"
 SLOT_MARGIN = 20.0  # seconds past drain timeout + force grace: two crashed-step redeliveries and a retry
+# How long a slot may stand granted before its cordon's first try without that counting against the margin. The
+# product dates a drain from its cordon, not from the grant (the pods are promised the whole timeout after the
+# cordon, which ``_forced_from`` holds it to; time waiting for a slot is not the drain's, invariant 9), so a judge
+# timing the drain from the grant must allow the steps between: run at once after the grant (the slot's commit,
+# the node's read and the slot's confirmation: a second or two under load), or, for a waiter whose slot a release
+# passed on and whose wake-up is late or lost (a paused mapping, a delayed event), at its own next ask, at most
+# RETRY_IN_LINE_FACTOR (4) times BudgetRetrySeconds later (layers/nodecycle/domain/drain/acquire.py). Longer, the
+# slot idled unbounded: it counts as held.
+PRE_CORDON_SLACK = 4 * BUDGET_RETRY
 # What an injected delivery fault on one of a drain's own messages costs it, on top of the margin: a late
 # message its delay; a lost one until the sweeper resumes the lifecycle (a sweep interval, the resume grace,
 # and one step). Faults that hit other lifecycles' messages excuse nothing.
@@ -720,7 +730,8 @@ def _slot_held(o: Observation) -> Iterator[Violation]:
         for begin, end in stalled.get(o.groups.get(action.group, ""), ()):
             if begin <= ended and end >= began:
                 excused += min(end, ended) - max(begin, began) + OUTAGE_RECOVERY
-        if held > limit + excused:
+        before = _before_cordon(o, node, began, cordon)
+        if held > limit + before + excused:
             dead = " (its kubelet was lost)" if o.lost_kubelet and o.lost_kubelet[0] == node else ""
             finished = action.finished_at - began
             start = "cordon" if began == first_cordon.get(node) else "grant of its slot"
@@ -729,11 +740,34 @@ def _slot_held(o: Observation) -> Iterator[Violation]:
                 if excused
                 else ""
             )
+            if before:
+                late = f" + {before:.0f}s before its cordon{late}"
             yield Violation(
                 "slot-held",
                 f"{node}{dead} held its slot {held:.0f}s (limit {limit:.0f}s{late}); its action was completed "
                 f"{finished:.0f}s after the {start}",
             )
+
+
+def _before_cordon(o: Observation, node: str, began: float, cordon: float | None) -> float:
+    """How long the slot granted to ``node`` at ``began`` stood before the drain's time started, up to
+    PRE_CORDON_SLACK: until its first cordon landed (``cordon``), or the first try of it a fault failed or refused
+    before (a PATCH of the node, its read, the slot's confirmation: see ``_forced_from``), where the product starts
+    the drain's time."""
+    landed = float("inf") if cordon is None else cordon
+    tries = [*_stormed(o, began, landed), *_confirmations_failed(o, began, landed)]
+    tries += [
+        o.acting_at + f.at
+        for f in o.firings
+        if f.kind in _NOT_DONE
+        and f.detail.split()[:1] in (["PATCH"], ["GET"])
+        and f.detail.split()[1:3] == ["nodes", node]
+        and o.acting_at + f.at >= began
+    ]
+    started = min(landed, *tries) if tries else landed
+    if started == float("inf"):
+        return 0.0
+    return min(max(0.0, started - began), PRE_CORDON_SLACK)
 
 
 def _record_writes_denied(o: Observation) -> dict[str, list[float]]:

@@ -55,13 +55,14 @@ GLOBAL_FACTOR = 6.0
 QUIESCENCE_TIMEOUT = 240.0  # past every global timeout: an action still open then was never settled
 
 RESUME_GRACE = 5.0  # a lifecycle whose step is this overdue is resumed by the sweeper
+BUDGET_RETRY = 2.0  # how often a node waiting for a budget slot asks again (BudgetRetrySeconds)
 
 # Quick but faithful: 1 s polls and retries, a 5 s visibility timeout and resume grace (repairs within
 # seconds), a 20 s drain timeout; the sweep grace and holder TTL at the smallest values the settings allow.
 _STACK = {
     "ManagedByTag": "true",
     "DrainPollSeconds": "1",
-    "BudgetRetrySeconds": "2",
+    "BudgetRetrySeconds": str(round(BUDGET_RETRY)),
     "ResumeGraceSeconds": str(round(RESUME_GRACE)),
     "WorkVisibilityTimeoutSeconds": "5",
     "HeartbeatMarginSeconds": "10",  # cold starts of several containers at once on 2 cores take seconds
