@@ -215,6 +215,21 @@ def test_a_slot_held_up_by_faults_on_its_own_messages_is_excused_for_their_cost_
     assert "slot-held" not in judged(Firing(20, "f2", "sqs-drop", "DrainQueue m-1 i-1"))
 
 
+def test_a_slot_held_up_by_its_lone_message_held_back_by_a_reorder_is_excused_that_second() -> None:
+    # Given a node cordoned at 2 s whose action completes at 44.5 s: 42.5 s held, the limit is 20 + 2 + 20 s
+    history = [_node(T0 + 2, owner="chaos-a", cordoned=True)]
+
+    def judged(*firings: Firing) -> set[str]:
+        return _judged(_observation(history, actions=[_terminate(T0 + 44.5)], firings=list(firings)))
+
+    # When a reorder found its drain message alone in its batch and held it back a second (the runner names
+    # the instance a lone message is about): that second was the fault's, not the drain's
+    assert "slot-held" not in judged(Firing(20, "r", "sqs-reorder", "DrainQueue batch of 1 i-1"))
+    # When the batch held back was another instance's, or a shuffled batch of several (none late): not excused
+    assert "slot-held" in judged(Firing(20, "r", "sqs-reorder", "DrainQueue batch of 1 i-2"))
+    assert "slot-held" in judged(Firing(20, "r", "sqs-reorder", "DrainQueue batch of 3"))
+
+
 def test_addresses_moved_off_an_instance_in_service_doubled_or_left_behind_are_violations() -> None:
     tags = {"nodecycle:owner": "chaos-a", "nodecycle:instance-id": "i-1"}
     instances = [

@@ -74,6 +74,9 @@ PRE_CORDON_SLACK = 4 * BUDGET_RETRY
 # message its delay; a lost one until the sweeper resumes the lifecycle (a sweep interval, the resume grace,
 # and one step). Faults that hit other lifecycles' messages excuse nothing.
 LOST_MESSAGE_COST = SWEEP_INTERVAL + RESUME_GRACE + 1.0
+# What a reorder costs a message it finds alone in its batch: the runner holds it back a second (its firing then
+# names the instances the message is about, as a late one's does; runner/faults.py).
+REORDER_HOLD = 1.0
 # What a container killed while it completes a drain's action costs it: its completion claim is held until the
 # invocation it was in would have ended (the functions' 60 s timeout: a crash and a timeout look alike to the next
 # completer, and a claim taken over early completes twice), then the work message comes back within a visibility
@@ -844,6 +847,12 @@ def _deliveries_held_up(o: Observation) -> dict[str, list[tuple[float, float]]]:
             cost = max(1.0, round(values.get(firing.fault, 0.0)))
         elif firing.kind == "sqs-drop":
             cost = LOST_MESSAGE_COST
+        elif firing.kind == "sqs-reorder" and firing.detail.split()[1:4] == ["batch", "of", "1"]:
+            # a lone message held back a second (runner/faults.py); a shuffled batch is late by nothing
+            _queue, _batch, _of, _one, *instances = firing.detail.split()
+            for instance in instances:
+                found.setdefault(instance, []).append((o.acting_at + firing.at, REORDER_HOLD))
+            continue
         else:
             continue
         _queue, _message, *instances = firing.detail.split()

@@ -89,7 +89,7 @@ class RunnerFaults(Injector):
         for message in messages:
             # The firing names the instances the message is about (its record id holds the instance id), so
             # that a judge can tell which lifecycle a late or lost delivery held up.
-            about = " ".join(dict.fromkeys(INSTANCE_ID.findall(message.get("Body", ""))))
+            about = _about(message)
             fault = self.draw(
                 ("sqs-drop", "sqs-delay"), queue, f"{queue} {message['MessageId']} {about}".strip()
             )
@@ -100,7 +100,10 @@ class RunnerFaults(Injector):
                 log.info("%s dropped %s", queue, message["MessageId"])
             else:
                 self._send_late(queue, client, queue_url, message, max(1, round(fault.value)), log)
-        if not kept or self.draw(("sqs-reorder",), queue, f"{queue} batch of {len(kept)}") is None:
+        # (a lone message is held back a second instead: its firing names what it is about, as a late one's does)
+        lone = f" {_about(kept[0])}" if len(kept) == 1 else ""
+        batch = f"{queue} batch of {len(kept)}{lone}".strip()
+        if not kept or self.draw(("sqs-reorder",), queue, batch) is None:
             return kept
         if len(kept) > 1:
             self.shuffle(kept)
@@ -178,6 +181,11 @@ class RunnerFaults(Injector):
         )
         client.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
         log.info("%s late %s by %ds as %s", queue, message["MessageId"], seconds, again["MessageId"])
+
+
+def _about(message: MessageTypeDef) -> str:
+    """The instances ``message`` is about (a lifecycle record id holds its instance id), for a firing's detail."""
+    return " ".join(dict.fromkeys(INSTANCE_ID.findall(message.get("Body", ""))))
 
 
 def _received_again(client: SQSClient, queue_url: str, message: MessageTypeDef) -> MessageTypeDef | None:

@@ -194,6 +194,24 @@ def test_a_delayed_message_comes_late(make_runner: MakeRunner) -> None:
     assert handled.started_at - sent >= 1.9
 
 
+def test_a_lone_message_held_back_by_a_reorder_comes_a_second_late_its_firing_naming_its_instance(
+    make_runner: MakeRunner,
+) -> None:
+    # Given a reorder that finds a message alone in its batch
+    runner = make_runner(TEMPLATE, {"worker": HANDLER}, mode="process", concurrency_cap=ONE_POLLER)
+    runner.faults.arm([Fault("r", "sqs-reorder", target="Work", limit=1)], seed=1)
+
+    # When a message about an instance is sent
+    sent = time.time()
+    _send(runner, '{"record": "i-0123456789abcdef0/terminate/t"}')
+    (handled,) = runner.journal.wait_until(lambda: runner.journal.invocations("Worker"), timeout=15)
+
+    # Then it was held back a second, and the firing names the instance whose lifecycle it held up
+    assert handled.started_at - sent >= 0.9
+    (firing,) = runner.faults.firings()
+    assert firing.detail == "Work batch of 1 i-0123456789abcdef0"
+
+
 def test_a_message_that_comes_late_again_and_again_is_not_dead_lettered_for_it(
     make_runner: MakeRunner, tmp_path: Path
 ) -> None:
