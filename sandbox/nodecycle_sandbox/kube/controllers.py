@@ -132,6 +132,8 @@ class Controllers:
         # inputs (cadvisor's machine info, the runtime's state), so a rebooted kubelet may renew its Lease while the
         # node still shows the Ready and bootID left from before the reboot. 0: both at once.
         self.boot_status_lag = 0.0
+        # The same, node by node, over boot_status_lag: one sandbox's nodes booting with and without the lag
+        self.boot_status_lags: dict[str, float] = {}
         self._boot_status_at: dict[str, float] = {}  # node -> when its booted kubelet first posts status
         # How often a live kubelet posts its node's status with nothing changed, a new lastHeartbeatTime in its
         # Ready condition: the real one every nodeStatusReportFrequency (5 minutes; kubelet config, "the frequency
@@ -195,12 +197,13 @@ class Controllers:
             self._stopped.discard(name)
             if self._store.get(NODES, "", name) is None:
                 return False
-            if self.boot_status_lag > 0:
+            lag = self.boot_status_lags.get(name, self.boot_status_lag)
+            if lag > 0:
                 # Its Lease renewed from now on (the node lifecycle controller takes a renewed Lease for a live
                 # kubelet: no Unknown comes), its status (Ready, the new bootID) posted only later
                 self._kubelet.revive(name)
                 self._kubelet_lost_at.pop(name, None)
-                self._boot_status_at[name] = time.monotonic() + self.boot_status_lag
+                self._boot_status_at[name] = time.monotonic() + lag
             else:
                 self.revive_kubelet(name, booted=True)
             node = self._store.get(NODES, "", name)

@@ -420,13 +420,17 @@ class KubeServer:
         self._controllers.hang_runtime(name, hung)
         self._poke()
 
-    def set_boot_status_lag(self, seconds: float) -> None:
+    def set_boot_status_lag(self, seconds: float, *, node: str | None = None) -> None:
         """How long after its instance booted (a reboot, a start) a kubelet first posts its node's status (Ready,
         the new boot's bootID), its Lease renewed meanwhile, as a real kubelet's may be (see
-        Controllers.boot_status_lag). 0, the default: both at once."""
+        Controllers.boot_status_lag). 0, the default: both at once. ``node``: that node's kubelet only (over the
+        lag of all), so that one sandbox's refresh meets nodes with and without the lag."""
         if seconds < 0:
             raise ValueError(f"boot status lag must not be negative, got {seconds}")
-        self._controllers.boot_status_lag = seconds
+        if node is None:
+            self._controllers.boot_status_lag = seconds
+        else:
+            self._controllers.boot_status_lags[node] = seconds
         self._poke()
 
     def set_status_report_seconds(self, seconds: float | None) -> None:

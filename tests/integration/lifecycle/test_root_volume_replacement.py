@@ -8,7 +8,8 @@ instance keeps its network interfaces), and is uncordoned once the instance is b
 from __future__ import annotations
 
 import functools
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -213,100 +214,95 @@ def test_a_root_volume_replacement_notified_by_a_queue_without_origin_is_drained
         launched_back_after_the_reboot(sandbox, timeline, instances)
 
 
-# How long the sandbox's instance takes to boot from its new root volume in the test below: longer than the cleanup's
-# watch takes between two looks (12 drain polls of 1 s), and shorter than the node monitor's grace (40 s), through
-# which the node stays Ready as the old kubelet left it
+# How long the sandbox's instances take to boot from their new root volumes in the refresh below: longer than the
+# cleanup's watch takes between two looks (12 drain polls of 1 s), and shorter than the node monitor's grace (40 s),
+# through which the node stays Ready as the old kubelet left it
 SLOW_BOOT_SECONDS = 20.0
-
-
-def test_without_a_launch_hook_a_node_is_uncordoned_only_once_the_rebooted_kubelet_posted_its_status() -> (
-    None
-):
-    # Given a group with nodecycle's terminate hook only (no launch hook: no readiness gate holds the instance once
-    # its volume is replaced), whose instances boot from their new root volume in 20 s
-    terminate_only = (HookSpec("nodecycle-terminate", TERMINATING, HOOK_TIMEOUT, "CONTINUE"),)
-    with running(size=2, hooks=terminate_only) as sandbox:
-        sandbox.aws.configure(root_volume_boot_seconds=SLOW_BOOT_SECONDS)
-        instances = sorted(sandbox.asg.in_state("InService"))
-        # (in service before their nodes join: no launch hook waits for them)
-        for instance in instances:
-            wait_for(functools.partial(joined, sandbox, instance), 60, f"the node of {instance}")
-        nodes = {instance: node_of(sandbox, instance) for instance in instances}
-        booted = {node: boot_id(node_object(sandbox, node)) for node in nodes.values()}
-        sandbox.kube.reset_history()
-
-        # When an instance refresh replaces their root volumes, one at a time
-        refresh = sandbox.asg.start_refresh(min_healthy_percentage=50, strategy=REPLACE_ROOT_VOLUME)
-        timeline = sandbox.asg.wait_refresh(refresh, timeout=240)
-        assert timeline.status == "Successful"
-        for instance in instances:
-            uncordoned_again(sandbox, nodes[instance])
-            node = nodes[instance]
-            back = functools.partial(booted_again, sandbox, node, booted[node])
-            wait_for(back, 2 * SLOW_BOOT_SECONDS, f"the rebooted kubelet of node {node}")
-
-        # Then each node was uncordoned once its rebooted kubelet had posted its status (a new bootID, Ready), not
-        # on the Ready condition its kubelet left before the reboot, in service again moments after the replacement
-        history = sandbox.kube.history()
-        for instance in instances:
-            node = nodes[instance]
-            writes = [
-                e for e in history if e.resource.startswith("nodes") and e.name == node and not e.removed
-            ]
-            back_at = min(e.time for e in writes if boot_id(e.object) != booted[node])
-            cordoned_at = min(e.time for e in writes if cordoned(e.object))
-            uncordoned_at = min(e.time for e in writes if e.time > cordoned_at and not cordoned(e.object))
-            assert uncordoned_at >= back_at, (
-                f"node {node} uncordoned {back_at - uncordoned_at:.1f} s before its kubelet ran"
-            )
-
-
+# How long the second instance's rebooted kubelet renews its Lease before it first posts its node's status
 BOOT_STATUS_LAG_SECONDS = 30.0
 
 
-def test_without_a_launch_hook_a_node_is_uncordoned_only_once_its_rebooted_kubelet_posted_not_on_its_lease() -> (
-    None
-):
-    # Given a group with nodecycle's terminate hook only, whose instances boot from their new root volume in 20 s,
-    # and whose rebooted kubelets renew their Leases 30 s before they first post their nodes' status (the kubelet
-    # runs its node Lease controller beside its status loop: kubelet.go, Kubelet.Run)
+class Refreshed(NamedTuple):
+    sandbox: Sandbox
+    instances: list[
+        str
+    ]  # sorted; the second's kubelet posts its status BOOT_STATUS_LAG_SECONDS after its Lease
+    nodes: dict[str, str]  # instance -> its node
+    booted: dict[str, str]  # node -> its boot id before the refresh
+
+
+@pytest.fixture(scope="module")
+def refreshed_without_a_launch_hook() -> Iterator[Refreshed]:
+    """A group with nodecycle's terminate hook only (no launch hook: no readiness gate holds the instance once its
+    volume is replaced), whose instances boot from their new root volumes in 20 s, one of whose rebooted kubelets
+    renews its Lease 30 s before it first posts its node's status (the kubelet runs its node Lease controller beside
+    its status loop: kubelet.go, Kubelet.Run), the other's both at once; an instance refresh replaced their root
+    volumes, one at a time. One refresh for the two tests below, each on its own instance (a refresh each, with the
+    lag or without, was a whole sandbox and refresh more)."""
     terminate_only = (HookSpec("nodecycle-terminate", TERMINATING, HOOK_TIMEOUT, "CONTINUE"),)
     with running(size=2, hooks=terminate_only) as sandbox:
         sandbox.aws.configure(root_volume_boot_seconds=SLOW_BOOT_SECONDS)
-        sandbox.kube.set_boot_status_lag(BOOT_STATUS_LAG_SECONDS)
         instances = sorted(sandbox.asg.in_state("InService"))
         # (in service before their nodes join: no launch hook waits for them)
         for instance in instances:
             wait_for(functools.partial(joined, sandbox, instance), 60, f"the node of {instance}")
         nodes = {instance: node_of(sandbox, instance) for instance in instances}
         booted = {node: boot_id(node_object(sandbox, node)) for node in nodes.values()}
+        sandbox.kube.set_boot_status_lag(BOOT_STATUS_LAG_SECONDS, node=nodes[instances[1]])
         sandbox.kube.reset_history()
 
-        # When an instance refresh replaces their root volumes, one at a time
         refresh = sandbox.asg.start_refresh(min_healthy_percentage=50, strategy=REPLACE_ROOT_VOLUME)
         timeline = sandbox.asg.wait_refresh(refresh, timeout=240)
         assert timeline.status == "Successful"
-        for instance in instances:
-            uncordoned_again(sandbox, nodes[instance], within=60 + BOOT_STATUS_LAG_SECONDS)
-            node = nodes[instance]
-            back = functools.partial(booted_again, sandbox, node, booted[node])
-            wait_for(
-                back, 2 * SLOW_BOOT_SECONDS + BOOT_STATUS_LAG_SECONDS, f"the rebooted kubelet of node {node}"
-            )
+        yield Refreshed(sandbox, instances, nodes, booted)
 
-        # Then each node was uncordoned once its rebooted kubelet had posted its status, not on its renewed Lease
-        history = sandbox.kube.history()
-        for instance in instances:
-            node = nodes[instance]
-            writes = [
-                e for e in history if e.resource.startswith("nodes") and e.name == node and not e.removed
-            ]
-            back_at = min(e.time for e in writes if boot_id(e.object) != booted[node])
-            cordoned_at = min(e.time for e in writes if cordoned(e.object))
-            uncordoned_at = min(e.time for e in writes if e.time > cordoned_at and not cordoned(e.object))
-            assert uncordoned_at >= back_at, (
-                f"node {node} uncordoned {back_at - uncordoned_at:.1f} s before its kubelet ran"
-            )
+
+def test_without_a_launch_hook_a_node_is_uncordoned_only_once_the_rebooted_kubelet_posted_its_status(
+    refreshed_without_a_launch_hook: Refreshed,
+) -> None:
+    # Given the instance whose rebooted kubelet posts its node's status as it renews its Lease, its root volume
+    # replaced by an instance refresh (the fixture)
+    refreshed = refreshed_without_a_launch_hook
+    sandbox, instance = refreshed.sandbox, refreshed.instances[0]
+    node = refreshed.nodes[instance]
+    uncordoned_again(sandbox, node)
+    back = functools.partial(booted_again, sandbox, node, refreshed.booted[node])
+    wait_for(back, 2 * SLOW_BOOT_SECONDS, f"the rebooted kubelet of node {node}")
+
+    # Then its node was uncordoned once its rebooted kubelet had posted its status (a new bootID, Ready), not on the
+    # Ready condition its kubelet left before the reboot, in service again moments after the replacement
+    assert_uncordoned_once_booted(sandbox, node, refreshed.booted[node])
+
+
+def test_without_a_launch_hook_a_node_is_uncordoned_only_once_its_rebooted_kubelet_posted_not_on_its_lease(
+    refreshed_without_a_launch_hook: Refreshed,
+) -> None:
+    # Given the instance whose rebooted kubelet renews its Lease 30 s before it first posts its node's status, its
+    # root volume replaced by an instance refresh (the fixture)
+    refreshed = refreshed_without_a_launch_hook
+    sandbox, instance = refreshed.sandbox, refreshed.instances[1]
+    node = refreshed.nodes[instance]
+    uncordoned_again(sandbox, node, within=60 + BOOT_STATUS_LAG_SECONDS)
+    back = functools.partial(booted_again, sandbox, node, refreshed.booted[node])
+    wait_for(back, 2 * SLOW_BOOT_SECONDS + BOOT_STATUS_LAG_SECONDS, f"the rebooted kubelet of node {node}")
+
+    # Then its node was uncordoned once its rebooted kubelet had posted its status, not on its renewed Lease
+    assert_uncordoned_once_booted(sandbox, node, refreshed.booted[node])
+
+
+def assert_uncordoned_once_booted(sandbox: Sandbox, node: str, booted: str) -> None:
+    """The node's first uncordon after its cordon came no earlier than the first write of a new boot id."""
+    writes = [
+        e
+        for e in sandbox.kube.history()
+        if e.resource.startswith("nodes") and e.name == node and not e.removed
+    ]
+    back_at = min(e.time for e in writes if boot_id(e.object) != booted)
+    cordoned_at = min(e.time for e in writes if cordoned(e.object))
+    uncordoned_at = min(e.time for e in writes if e.time > cordoned_at and not cordoned(e.object))
+    assert uncordoned_at >= back_at, (
+        f"node {node} uncordoned {back_at - uncordoned_at:.1f} s before its kubelet ran"
+    )
 
 
 def joined(sandbox: Sandbox, instance: str) -> bool:
