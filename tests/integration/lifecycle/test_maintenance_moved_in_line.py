@@ -27,11 +27,14 @@ from tests.integration.lifecycle.test_maintenance_and_stops import cordoned
 
 pytestmark = pytest.mark.slow
 
-LEAD_MINUTES = 7
+LEAD_MINUTES = 6
 # The maintenances start a lead time and 15 s from now: their drains are due 15 s on, when the one slot is held by
-# another stack. A waiter looks at EC2 a quarter of the lead time into line (105 s), and stands there until its
-# action's end forces it past the budget a whole drain before its start: about 3 minutes with these settings (a 20 s
-# drain timeout, 2 s force grace, a 90 s redelivery), some 4 minutes into line.
+# another stack. A waiter looks at EC2 a quarter of the lead time into line (90 s), and stands there until its
+# action's end forces it past the budget a whole drain before its start: 182 s with these settings (a 20 s drain
+# timeout, 2 s force grace, the stuck pods' 60 s, 5 s of look slack, and the engine's settle margin of 95 s: the
+# heartbeat margin and a 90 s redelivery; drain/common._full_drain), some 3 minutes into line, a minute and a half
+# after its look. (It was a 7-minute lead, the look at 105 s: a lead shorter than 6 minutes brings the force within
+# a minute of the look, too close on a loaded machine; 5 minutes, 75 s and 118 s.)
 STARTS_IN = LEAD_MINUTES * 60 + 15.0
 LOOK_IN_LINE = LEAD_MINUTES * 60 / 4
 MOVED_BY = 3600.0  # how much later the customer moves the first reboot
