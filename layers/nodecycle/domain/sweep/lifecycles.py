@@ -292,7 +292,8 @@ class LifecycleRepair:
                 )
             if failed:
                 raise SweepFailed(
-                    f"{failed} lifecycles at their last chance could not be settled (the others were)"
+                    f"{failed} lifecycles at their last chance or due a heartbeat could not be settled or kept alive "
+                    "(the others were)"
                 )
             return counts
         self._metrics.count("LifecyclesStuck", counts["LifecyclesStuck"])
