@@ -866,14 +866,9 @@ def _precedence(o: Observation) -> Iterator[Violation]:
     budget document that grants a slot to a node not yet touched (not cordoned then) must not take the room of a
     waiter whose node is cordoned (its drain under way, its slot lost) and whose terminate action is open: one
     that fitted beside the holders without the newcomer and no longer does with it. A newcomer whose action's
-    global timeout is near enough to be forced past the budget is excused (it goes either way). Nor may it take
-    the room of a waiter not touched either whose action's global timeout comes sooner: a waiter near its global
-    deadline goes first (under the campaign's settings every terminate is near it from its start: its global
-    timeout, 180 s, is under two full drains, the product's urgent window). A newcomer "touched" is one whose
-    node was cordoned, or a cordon of it refused or left undone (its drain's time runs from that try), since its
-    action began: in progress by the product's reckoning, it is judged by neither rule. (2) Time spent waiting
-    for a slot never counts against the drain's timeout: no pod of the node is deleted (the force policy) before
-    the drain's own timeout after it began (``_forced_from``: early never late)."""
+    global timeout is near enough to be forced past the budget is excused (it goes either way). (2) Time spent
+    waiting for a slot never counts against the drain's timeout: no pod of the node is deleted (the force policy)
+    before the drain's own timeout after it began (``_forced_from``: early never late)."""
     instance_of = {node: instance for instance, node in o.nodes_of.items()}
     open_at: dict[str, list[tuple[float, float, float]]] = {}  # node -> (start, end, global deadline)
     for action in o.actions:
@@ -884,19 +879,11 @@ def _precedence(o: Observation) -> Iterator[Violation]:
     skew = max((abs(f.value or 0.0) for f in o.scenario.faults if f.kind == "clock-skew"), default=0.0)
     forced_may_begin = DRAIN_TIMEOUT + DRAIN_TAIL_LONGEST + skew  # the product's full drain, rounded up
     cordoned: dict[str, bool] = {}
-    touched: dict[
-        str, list[float]
-    ] = {}  # node -> when it was cordoned, or a cordon of it was tried and not done
-    for firing in o.firings:
-        if firing.kind in _NOT_DONE and firing.detail.split()[:2] == ["PATCH", "nodes"]:
-            touched.setdefault(firing.detail.split()[2], []).append(o.acting_at + firing.at)
     before: dict[str, Any] = {}
     told: set[tuple[str, str]] = set()
     for entry in o.history:
         if entry.kind == "Node":
             cordoned[entry.name] = entry.unschedulable and not entry.removed
-            if cordoned[entry.name]:
-                touched.setdefault(entry.name, []).append(entry.time)
             continue
         if (doc := _budget_written(entry)) is None:
             continue
@@ -905,28 +892,19 @@ def _precedence(o: Observation) -> Iterator[Violation]:
         waited = {str(w.get("node")) for w in before.get("waiters", [])}
         now = entry.time
         for granted in sorted(set(holders) - was):
-            granted_open = [
-                (start, deadline) for start, end, deadline in open_at.get(granted, ()) if start <= now < end
-            ]
-            if any(start <= t <= now for start, _ in granted_open for t in touched.get(granted, ())):
+            if cordoned.get(granted, False):
                 continue  # a drain in progress itself
-            if any(now >= deadline - forced_may_begin for _, deadline in granted_open):
+            if any(
+                start <= now < end and now >= deadline - forced_may_begin
+                for start, end, deadline in open_at.get(granted, ())
+            ):
                 continue  # near its global timeout: forced past the budget, as it may be
             for waiter in doc.get("waiters", []):
                 node = str(waiter.get("node"))
-                if node not in waited or node in holders:
+                if node not in waited or node in holders or not cordoned.get(node, False):
                     continue
-                waiter_open = [
-                    deadline for start, end, deadline in open_at.get(node, ()) if start <= now < end
-                ]
-                if not waiter_open:
+                if not any(start <= now < end for start, end, _ in open_at.get(node, ())):
                     continue  # a waiter's entry left behind by an action over: no drain to precede
-                if cordoned.get(node, False):
-                    why = "cordoned and waiting"
-                elif granted_open and min(waiter_open) < min(d for _, d in granted_open) - skew - 1.0:
-                    why = "nearer its global timeout, waiting"
-                else:
-                    continue
                 rest = {n: z for n, z in holders.items() if n != granted}
                 if _fits(waiter.get("zone"), rest) and not _fits(waiter.get("zone"), holders):
                     if (granted, node) in told:
@@ -935,7 +913,7 @@ def _precedence(o: Observation) -> Iterator[Violation]:
                     yield Violation(
                         "precedence",
                         f"{granted}, not yet touched, granted a slot at {now - o.acting_at:.1f}s that {node} "
-                        f"({instance_of.get(node)}), {why}, fitted in",
+                        f"({instance_of.get(node)}), cordoned and waiting, fitted in",
                     )
         before = doc
     forced_from = _forced_from(o)
