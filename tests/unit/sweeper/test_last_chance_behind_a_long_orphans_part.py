@@ -30,13 +30,14 @@ from tests.unit.sweeper.test_sweeper import Repair, stalled_at_its_last_chance
 SWEEPER_TIMEOUT = 300.0  # the SweeperFunction's Timeout
 
 
-def sweeper(repair: Repair, orphans_take: list[float]) -> Sweeper:
-    """The sweep's parts in their order: the orphans' keep-alive taking the next of ``orphans_take`` (seconds) at each
-    sweep, the lifecycles' repair as configured, and the others doing nothing."""
+def sweeper(repair: Repair, orphans_take: float | list[float]) -> Sweeper:
+    """The sweep's parts in their order: the orphans' keep-alive taking ``orphans_take`` seconds at each sweep (or the
+    next of a list, one per sweep: a backlog of held instances), the lifecycles' repair as configured, and the others
+    doing nothing."""
 
     def keep_alive(open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
         list(open_records)  # (listed, as the keep-alive lists them)
-        repair.clock.advance(orphans_take.pop(0))
+        repair.clock.advance(orphans_take.pop(0) if isinstance(orphans_take, list) else orphans_take)
         return {"LifecyclesOrphaned": 0}
 
     def idle(open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:

@@ -23,10 +23,11 @@ from nodecycle.domain.model import ActionRef, LifecycleRecord, Step, global_dead
 from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.sweep.order import sweep_parts
 from nodecycle.domain.sweep.sweep_time import SHARES, SweepTime
-from nodecycle.domain.sweep.sweeper import Counts, Sweeper, SweepFailed, SweepPart
+from nodecycle.domain.sweep.sweeper import Counts, Sweeper, SweepFailed
 from nodecycle.settings import Timing
 from tests.support.fakes import T0
 from tests.unit.foundation.test_engine import PLAN, kept_alive, make_record
+from tests.unit.sweeper.test_last_chance_behind_a_long_orphans_part import sweeper
 from tests.unit.sweeper.test_last_sweep_within_the_schedule_minute import repair_as_configured
 from tests.unit.sweeper.test_sweeper import Repair
 
@@ -58,31 +59,6 @@ def stalled(repair: Repair, n: int, started: datetime, renewed: datetime) -> Lif
     record = kept_alive(repair.autoscaling, record, renewed)
     assert repair.records.create(record)
     return record
-
-
-def sweeper(repair: Repair, orphans_take: float) -> Sweeper:
-    """The sweep's parts in their order: the orphans' keep-alive taking ``orphans_take`` seconds (a backlog of held
-    instances), the lifecycles' repair as configured, the others doing nothing."""
-
-    def keep_alive(open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
-        list(open_records)
-        repair.clock.advance(orphans_take)
-        return {"LifecyclesOrphaned": 0}
-
-    def idle(open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
-        return {}
-
-    parts: dict[str, SweepPart] = sweep_parts(
-        keep_alive=keep_alive, repair=repair.part(), adopt=idle, cluster={}, addresses=idle
-    )
-    return Sweeper(
-        owner="stack-a",
-        records=repair.records,
-        clock=repair.clock,
-        metrics=repair.metrics,
-        parts=parts,
-        shares=SHARES,
-    )
 
 
 def throttled(repair: Repair, seconds: float) -> list[tuple[str, datetime]]:
