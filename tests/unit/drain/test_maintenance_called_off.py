@@ -7,24 +7,17 @@ from datetime import datetime, timedelta
 
 import pytest
 
-from nodecycle.domain.drain.acquire import MAINTENANCE_LISTED_WITHIN, AcquireSlot
-from nodecycle.domain.engine import Outcome
+from nodecycle.domain.drain.acquire import MAINTENANCE_LISTED_WITHIN
 from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.model import KEPT_ON_NODE, MAINTENANCE_LISTED, LifecycleRecord, Step
-from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.ports.instances import ScheduledEvent
-from tests.support.fakes import T0, FakeMetrics, InMemoryRecords
+from tests.support.fakes import T0
+from tests.unit.drain.maintenance_asks import CountingEc2, FailingEc2, ask
 from tests.unit.drain.test_drain_steps import (
     NODE,
     Ec2Maintenance,
-    FakeCluster,
-    FakeEvents,
     FakeSlots,
-    NoDns,
     maintenance,
-    node,
-    policy,
-    wakes_to_nowhere,
 )
 
 STARTS = T0 + timedelta(
@@ -34,48 +27,11 @@ TOLD = T0 - timedelta(days=14)  # AWS Health's first notice of it, two weeks ahe
 LISTED = [ScheduledEvent(code="system-reboot", not_before=STARTS, not_after=STARTS + timedelta(hours=2))]
 
 
-class FailingEc2(Ec2Maintenance):
-    """EC2 that does not answer DescribeInstanceStatus (throttled, or refused to the role)."""
-
-    def __init__(self, error: TransientError) -> None:
-        super().__init__()
-        self.error = error
-
-    def scheduled_events(self, instance_id: str) -> list[ScheduledEvent]:
-        raise self.error
-
-
-class CountingEc2(Ec2Maintenance):
-    """EC2 that counts the DescribeInstanceStatus calls it answers."""
-
-    calls: int = 0
-
-    def scheduled_events(self, instance_id: str) -> list[ScheduledEvent]:
-        self.calls += 1
-        return super().scheduled_events(instance_id)
-
-
 def due(listed_at_intake: bool = True, told: datetime = TOLD, **changes: object) -> LifecycleRecord:
     """The maintenance's lifecycle at its first ask, due now: taken in when Health told of it (``told``), EC2
     listing it then or not."""
     extra = {MAINTENANCE_LISTED: True} if listed_at_intake else {}
     return maintenance(Step.ACQUIRE_SLOT, STARTS, started_at=told, received_at=told, extra=extra, **changes)
-
-
-def first_ask(record: LifecycleRecord, ec2: Ec2Maintenance, slots: FakeSlots | None = None) -> Outcome:
-    cluster = FakeCluster(nodes={NODE: node()})
-    step = AcquireSlot(
-        finder=NodeFinder(cluster, NoDns()),
-        cluster=cluster,
-        slots=slots or FakeSlots(),
-        dispatcher=wakes_to_nowhere(),
-        policy=policy(),
-        metrics=FakeMetrics(),
-        events=FakeEvents(),
-        records=InMemoryRecords(),
-        maintenance=ec2,
-    )
-    return step(record, T0)
 
 
 def test_a_maintenance_called_off_after_intake_is_not_drained_for() -> None:
@@ -85,7 +41,7 @@ def test_a_maintenance_called_off_after_intake_is_not_drained_for() -> None:
     slots = FakeSlots()
 
     # When its drain comes due, an hour before the start it had
-    outcome = first_ask(due(), Ec2Maintenance(), slots)
+    outcome = ask(due(), Ec2Maintenance(), slots)
 
     # Then no slot is asked for and the node is not drained: the lifecycle ends, saying why
     assert slots.requests == []
@@ -99,7 +55,7 @@ def test_a_maintenance_ec2_still_lists_is_drained_for() -> None:
     slots = FakeSlots()
 
     # When its drain comes due
-    outcome = first_ask(due(), Ec2Maintenance(events=list(LISTED)), slots)
+    outcome = ask(due(), Ec2Maintenance(events=list(LISTED)), slots)
 
     # Then its node takes a slot and goes on to its cordon
     (asked,) = slots.requests
@@ -112,7 +68,7 @@ def test_a_maintenance_ec2_never_listed_is_not_drained_for_once_ec2_had_time_to_
     # scheduled event of the instance's (a type EC2 never lists), or one called off before EC2 listed it
     slots = FakeSlots()
 
-    outcome = first_ask(due(listed_at_intake=False), Ec2Maintenance(), slots)
+    outcome = ask(due(listed_at_intake=False), Ec2Maintenance(), slots)
 
     # Then it is not drained for
     assert slots.requests == []
@@ -126,7 +82,7 @@ def test_a_maintenance_told_moments_ago_is_drained_for_before_ec2_lists_it() -> 
     slots = FakeSlots()
     told = T0 - MAINTENANCE_LISTED_WITHIN + timedelta(seconds=1)
 
-    first_ask(due(listed_at_intake=False, told=told), ec2, slots)
+    ask(due(listed_at_intake=False, told=told), ec2, slots)
 
     # Then it is drained for, without a look at EC2 (which could not tell it from one called off)
     assert len(slots.requests) == 1
@@ -142,7 +98,7 @@ def test_a_maintenance_is_drained_for_when_ec2_does_not_answer(error: TransientE
     # Given EC2 failing DescribeInstanceStatus at the drain's first ask
     slots = FakeSlots()
 
-    first_ask(due(), FailingEc2(error), slots)
+    ask(due(), FailingEc2(error), slots)
 
     # Then the drain is not held back for the look: the node takes its slot
     assert len(slots.requests) == 1
@@ -160,7 +116,7 @@ def test_only_the_first_ask_looks_at_ec2() -> None:
         ec2, slots = CountingEc2(), FakeSlots()
 
         # When it asks, EC2 listing nothing
-        first_ask(record, ec2, slots)
+        ask(record, ec2, slots)
 
         # Then it asks for its slot as before, and EC2 is not asked
         assert ec2.calls == 0

@@ -9,23 +9,17 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from nodecycle.domain.drain.acquire import AcquireSlot
 from nodecycle.domain.engine import Outcome, advance
 from nodecycle.domain.model import LifecycleRecord
-from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.policy import maintenance_look
 from nodecycle.domain.ports.instances import ScheduledEvent
-from tests.support.fakes import T0, FakeMetrics, InMemoryRecords
+from tests.support.fakes import T0
+from tests.unit.drain.maintenance_asks import CountingEc2
+from tests.unit.drain.maintenance_asks import ask as ask_for_a_slot
 from tests.unit.drain.test_drain_steps import (
-    NODE,
     Ec2Maintenance,
-    FakeCluster,
-    FakeEvents,
     FakeSlots,
-    NoDns,
-    node,
     policy,
-    wakes_to_nowhere,
 )
 from tests.unit.drain.test_maintenance_moved_later import TOLD, due
 
@@ -33,36 +27,17 @@ LEAD = timedelta(hours=3)  # MaintenanceLeadMinutes 180
 STARTS = T0 + LEAD  # its drain is due at T0
 
 
-class CountedEc2(Ec2Maintenance):
-    """EC2 listing the instance's scheduled events, counting DescribeInstanceStatus calls."""
-
-    calls: int = 0
-
-    def scheduled_events(self, instance_id: str) -> list[ScheduledEvent]:
-        self.calls += 1
-        return super().scheduled_events(instance_id)
-
-
 def ask(record: LifecycleRecord, ec2: Ec2Maintenance, slots: FakeSlots, now: datetime) -> Outcome:
-    cluster = FakeCluster(nodes={NODE: node()})
-    step = AcquireSlot(
-        finder=NodeFinder(cluster, NoDns()),
-        cluster=cluster,
-        slots=slots,
-        dispatcher=wakes_to_nowhere(),
-        policy=policy(maintenance_lead_minutes=str(int(LEAD.total_seconds() // 60))),
-        metrics=FakeMetrics(),
-        events=FakeEvents(),
-        records=InMemoryRecords(),
-        maintenance=ec2,
+    """The lifecycle's ask under a three-hour lead time."""
+    return ask_for_a_slot(
+        record, ec2, slots, now, policy(maintenance_lead_minutes=str(int(LEAD.total_seconds() // 60)))
     )
-    return step(record, now)
 
 
 def test_a_maintenance_moved_earlier_while_it_waits_in_line_asks_under_its_new_start() -> None:
     # Given a reboot due for its drain now, three hours before its start, whose node finds the budget full: it
     # waits in line
-    ec2 = CountedEc2(events=[ScheduledEvent(code="system-reboot", not_before=STARTS)])
+    ec2 = CountingEc2(events=[ScheduledEvent(code="system-reboot", not_before=STARTS)])
     slots = FakeSlots(room=1, holders=["other-node"])
     record = due(STARTS)
     outcome = ask(record, ec2, slots, T0)

@@ -9,66 +9,31 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from datetime import datetime, timedelta
+from datetime import timedelta
 
 import pytest
 
-from nodecycle.domain.drain.acquire import AcquireSlot
 from nodecycle.domain.drain.common import _full_drain
-from nodecycle.domain.engine import Outcome, advance
+from nodecycle.domain.engine import advance
 from nodecycle.domain.model import EC2, MAINTENANCE_LISTED, SUCCESSOR, WARM_POOL, LifecycleRecord, Step
-from nodecycle.domain.nodes import NodeFinder
-from nodecycle.domain.policy import MAINTENANCE_LOOK, DrainPolicy
+from nodecycle.domain.policy import MAINTENANCE_LOOK
 from nodecycle.domain.ports.cluster import NodeInfo
-from nodecycle.domain.ports.instances import ScheduledEvent
-from tests.support.fakes import T0, FakeMetrics, InMemoryRecords
+from tests.support.fakes import T0, InMemoryRecords
+from tests.unit.drain.maintenance_asks import ask, listing
 from tests.unit.drain.test_drain_steps import (
     NODE,
     OWNER,
     Ec2Maintenance,
-    FakeCluster,
-    FakeEvents,
     FakeSlots,
-    NoDns,
     maintenance,
     node,
     policy,
     terminating,
-    wakes_to_nowhere,
 )
 
 LEAD = timedelta(hours=1)  # MaintenanceLeadMinutes' default
 STARTS = T0 + LEAD  # the maintenance's start as intake took it in: its drain is due at T0
 LOOKS = T0 + MAINTENANCE_LOOK + timedelta(seconds=30)  # the waiter's first ask past a look interval in line
-
-
-def listing(*starts: datetime) -> Ec2Maintenance:
-    return Ec2Maintenance(events=[ScheduledEvent(code="system-reboot", not_before=at) for at in starts])
-
-
-def ask(
-    record: LifecycleRecord,
-    ec2: Ec2Maintenance,
-    slots: FakeSlots,
-    now: datetime,
-    drain_policy: DrainPolicy | None = None,
-    *,
-    found: NodeInfo | None = None,
-    records: InMemoryRecords | None = None,
-) -> Outcome:
-    cluster = FakeCluster(nodes={NODE: found or node()})
-    step = AcquireSlot(
-        finder=NodeFinder(cluster, NoDns()),
-        cluster=cluster,
-        slots=slots,
-        dispatcher=wakes_to_nowhere(),
-        policy=drain_policy or policy(),
-        metrics=FakeMetrics(),
-        events=FakeEvents(),
-        records=records or InMemoryRecords(),
-        maintenance=ec2,
-    )
-    return step(record, now)
 
 
 def in_line(

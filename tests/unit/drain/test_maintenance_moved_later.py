@@ -9,25 +9,14 @@ from __future__ import annotations
 
 from datetime import datetime, timedelta
 
-from nodecycle.domain.drain.acquire import AcquireSlot
-from nodecycle.domain.engine import Outcome, advance
-from nodecycle.domain.errors import TransientError
+from nodecycle.domain.engine import advance
 from nodecycle.domain.model import MAINTENANCE_LISTED, SUCCESSOR, LifecycleRecord, Step
-from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.policy import MAINTENANCE_LOOK
-from nodecycle.domain.ports.instances import ScheduledEvent
-from tests.support.fakes import T0, FakeMetrics, InMemoryRecords
+from tests.support.fakes import T0
+from tests.unit.drain.maintenance_asks import FailingEc2, ask, listing
 from tests.unit.drain.test_drain_steps import (
-    NODE,
-    Ec2Maintenance,
-    FakeCluster,
-    FakeEvents,
     FakeSlots,
-    NoDns,
     maintenance,
-    node,
-    policy,
-    wakes_to_nowhere,
 )
 
 LEAD = timedelta(hours=1)  # MaintenanceLeadMinutes' default
@@ -48,33 +37,6 @@ def due(starts: datetime = STARTS, **changes: object) -> LifecycleRecord:
     )
 
 
-def first_ask(record: LifecycleRecord, ec2: Ec2Maintenance, slots: FakeSlots, now: datetime = T0) -> Outcome:
-    cluster = FakeCluster(nodes={NODE: node()})
-    step = AcquireSlot(
-        finder=NodeFinder(cluster, NoDns()),
-        cluster=cluster,
-        slots=slots,
-        dispatcher=wakes_to_nowhere(),
-        policy=policy(),
-        metrics=FakeMetrics(),
-        events=FakeEvents(),
-        records=InMemoryRecords(),
-        maintenance=ec2,
-    )
-    return step(record, now)
-
-
-class FailingEc2(Ec2Maintenance):
-    """EC2 throttling DescribeInstanceStatus."""
-
-    def scheduled_events(self, instance_id: str) -> list[ScheduledEvent]:
-        raise TransientError("Throttling: Rate exceeded")
-
-
-def listing(*starts: datetime) -> Ec2Maintenance:
-    return Ec2Maintenance(events=[ScheduledEvent(code="system-reboot", not_before=at) for at in starts])
-
-
 def test_a_maintenance_moved_later_is_drained_for_a_lead_time_before_its_new_start() -> None:
     # Given a reboot taken in two weeks ago for STARTS, which EC2 now lists three days later (moved: no Health
     # event tells of that)
@@ -82,7 +44,7 @@ def test_a_maintenance_moved_later_is_drained_for_a_lead_time_before_its_new_sta
 
     # When its drain comes due for the old start
     record = due()
-    outcome = first_ask(record, ec2, slots)
+    outcome = ask(record, ec2, slots)
 
     # Then no slot is asked for now: the lifecycle waits for the new start's lead time, timed by the new start, and
     # looks at EC2 again meanwhile (a move earlier is told by no Health event either)
@@ -91,19 +53,19 @@ def test_a_maintenance_moved_later_is_drained_for_a_lead_time_before_its_new_sta
     assert outcome.delay == MAINTENANCE_LOOK.total_seconds()
     moved = advance(record, outcome, T0)
     assert (moved.global_deadline, moved.heartbeat_deadline) == (MOVED, MOVED)
-    looked = first_ask(moved, ec2, slots, T0 + MAINTENANCE_LOOK)
+    looked = ask(moved, ec2, slots, T0 + MAINTENANCE_LOOK)
     assert slots.requests == []
     assert looked.delay == MAINTENANCE_LOOK.total_seconds()
 
     # ...and at the new start's lead time, EC2 listing it there still, its node is drained
-    again = first_ask(moved, ec2, slots, MOVED - LEAD)
+    again = ask(moved, ec2, slots, MOVED - LEAD)
     assert len(slots.requests) == 1
     assert (again.then, again.again) == (None, False)
 
 
 def test_a_maintenance_ec2_lists_at_its_start_is_drained_for_now() -> None:
     slots = FakeSlots()
-    first_ask(due(), listing(STARTS), slots)
+    ask(due(), listing(STARTS), slots)
     assert len(slots.requests) == 1
 
 
@@ -113,7 +75,7 @@ def test_a_maintenance_ec2_lists_before_its_start_is_timed_by_it_and_drained_for
 
     # When its drain comes due
     record = due()
-    outcome = first_ask(record, listing(earlier, MOVED), slots)
+    outcome = ask(record, listing(earlier, MOVED), slots)
 
     # Then the lifecycle is timed by the earlier start, and its first ask runs again at once under it...
     assert slots.requests == []
@@ -122,7 +84,7 @@ def test_a_maintenance_ec2_lists_before_its_start_is_timed_by_it_and_drained_for
     assert (timed.global_deadline, timed.heartbeat_deadline) == (earlier, earlier)
 
     # ...which drains the node
-    first_ask(timed, listing(earlier, MOVED), slots)
+    ask(timed, listing(earlier, MOVED), slots)
     assert len(slots.requests) == 1
 
 
@@ -136,7 +98,7 @@ def test_a_maintenance_moved_earlier_while_its_lifecycle_waits_is_drained_a_lead
     ec2, slots = listing(earlier), FakeSlots()
 
     # When the lifecycle looks
-    outcome = first_ask(record, ec2, slots, T0 + MAINTENANCE_LOOK)
+    outcome = ask(record, ec2, slots, T0 + MAINTENANCE_LOOK)
 
     # Then it is timed by the new start, and waits for its lead time (looking again meanwhile), asking no slot
     assert slots.requests == []
@@ -145,7 +107,7 @@ def test_a_maintenance_moved_earlier_while_its_lifecycle_waits_is_drained_a_lead
     assert outcome.delay == MAINTENANCE_LOOK.total_seconds()
 
     # ...and is drained at the lead time before it
-    first_ask(timed, ec2, slots, earlier - LEAD)
+    ask(timed, ec2, slots, earlier - LEAD)
     assert len(slots.requests) == 1
 
 
@@ -156,7 +118,7 @@ def test_a_look_before_the_drain_is_due_asks_no_slot_whatever_ec2_answers() -> N
         slots = FakeSlots()
 
         # When EC2 lists it where it was, or does not answer
-        outcome = first_ask(record, ec2, slots)
+        outcome = ask(record, ec2, slots)
 
         # Then it waits for its next look, not past its drain's due time
         assert slots.requests == []
@@ -175,7 +137,7 @@ def test_a_maintenance_called_off_hands_over_to_the_next_one_ec2_lists() -> None
     slots = FakeSlots()
 
     # When the reboot's drain comes due
-    outcome = first_ask(record, listing(STARTS + timedelta(days=7)), slots)
+    outcome = ask(record, listing(STARTS + timedelta(days=7)), slots)
 
     # Then its node is not drained for it: the lifecycle ends, and the next one drains in its own time
     assert slots.requests == []
