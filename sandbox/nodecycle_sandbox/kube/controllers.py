@@ -223,7 +223,7 @@ class Controllers:
             self._kubelet.revive(name)
             self._kubelet_lost_at.pop(name, None)
             self._boot_status_at.pop(name, None)
-            updated = node_lifecycle.reachable(node, time.time(), booted=booted)
+            updated = node_lifecycle.reachable(node, self._kubelet.now_on(name), booted=booted)
             if updated != node:
                 self._store.write(NODES, updated, verb="update", source=SANDBOX, resource="nodes/status")
 
@@ -304,7 +304,7 @@ class Controllers:
             del self._boot_status_at[name]
             node = self._store.get(NODES, "", name)
             if node is not None and self._kubelet.alive_on(name):
-                posted = node_lifecycle.reachable(node, time.time(), booted=True)
+                posted = node_lifecycle.reachable(node, self._kubelet.now_on(name), booted=True)
                 self._store.write(NODES, posted, verb="update", source=SANDBOX, resource="nodes/status")
                 posted_ready.add(name)
                 changed = True
@@ -334,7 +334,7 @@ class Controllers:
                 continue
             last = self._reported_at.setdefault(name, mono)
             if mono >= last + every:
-                now = time.time()
+                now = self._kubelet.now_on(name)
                 posted = json_copy(node)
                 status = posted.setdefault("status", {})
                 status["conditions"] = with_condition(
@@ -350,7 +350,7 @@ class Controllers:
     def _write_node_ready(self, node: JsonObj, ready: bool) -> bool:
         if node_ready(node) == ready:
             return False
-        now = time.time()
+        now = self._kubelet.now_on(name_of(node))  # (the kubelet's post, stamped by its clock)
         updated = json_copy(node)
         status = updated.setdefault("status", {})
         status["conditions"] = with_condition(

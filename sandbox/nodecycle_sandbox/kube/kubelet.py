@@ -71,6 +71,12 @@ class Kubelet:
         self._pleg_unhealthy: set[str] = set()  # hung nodes whose kubelet posted them NotReady for it
         self._gone_at: dict[str, float] = {}
         self._ips = itertools.count(10)
+        # node -> how far its kubelet's clock runs ahead of the sandbox's (negative: behind). A kubelet stamps its
+        # Lease's renewTime and its Ready condition's lastHeartbeatTime from its own clock (the node Lease controller's
+        # clock.Now, component-helpers/apimachinery/lease; the ReadyCondition setter's nowFunc, Kubelet.clock.Now,
+        # pkg/kubelet/nodestatus/setters.go), not the API server's: an instance's clock may be seconds off, more so
+        # at boot before chrony has synchronised it
+        self.clock_offsets: dict[str, float] = {}
 
     def delete_pod(
         self, pod: JsonObj, grace: int | None, *, verb: str, resource: str, source: str
@@ -161,15 +167,19 @@ class Kubelet:
                     due.append(since + self.pleg_threshold_seconds)
                     continue
                 posted = node_lifecycle.runtime_not_ready(
-                    found, mono - since, self.pleg_threshold_seconds, time.time()
+                    found, mono - since, self.pleg_threshold_seconds, self.now_on(node)
                 )
                 self._store.write(NODES, posted, verb="update", source=SANDBOX, resource="nodes/status")
                 self._pleg_unhealthy.add(node)
                 changed = True
             return changed, min(due, default=None)
 
+    def now_on(self, node: str) -> float:
+        """The time by the clock of ``node``'s kubelet (see clock_offsets), for the stamps it writes."""
+        return time.time() + self.clock_offsets.get(node, 0.0)
+
     def _post_node_ready(self, node: JsonObj) -> None:
-        now = time.time()
+        now = self.now_on(name_of(node))
         updated = json_copy(node)
         status = updated.setdefault("status", {})
         status["conditions"] = with_condition(status.get("conditions") or [], ready_condition(True, now), now)
@@ -209,10 +219,12 @@ class Kubelet:
             found = self._store.get(NODES, "", node)
             if found is None or node in self._dead:
                 return
-            now = time.time()
+            now = self.now_on(node)
             lease = self._store.get(LEASES, NODE_LEASE_NAMESPACE, node)
             if lease is None:
                 created = node_lease(found, uid=self._store.new_uid(), now=now)
+                # (its creationTimestamp the API server's)
+                created["metadata"]["creationTimestamp"] = rfc3339(time.time())
                 self._store.write(LEASES, created, verb="create", source=SANDBOX)
             else:
                 renewed = json_copy(lease)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import contextlib
 import functools
+import math
 import ssl
 import tempfile
 import threading
@@ -431,6 +432,15 @@ class KubeServer:
             self._controllers.boot_status_lag = seconds
         else:
             self._controllers.boot_status_lags[node] = seconds
+        self._poke()
+
+    def set_kubelet_clock_offset(self, seconds: float, *, node: str) -> None:
+        """How far the clock of ``node``'s kubelet runs ahead of the sandbox's (negative: behind), in the stamps it
+        writes: its Lease's renewTime, its node conditions' lastHeartbeatTime (see Kubelet.clock_offsets)."""
+        if not math.isfinite(seconds):
+            raise ValueError(f"kubelet clock offset must be a finite number of seconds, got {seconds}")
+        with self._store.lock:
+            self._kubelet.clock_offsets[node] = seconds
         self._poke()
 
     def set_status_report_seconds(self, seconds: float | None) -> None:

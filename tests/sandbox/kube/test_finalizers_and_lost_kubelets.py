@@ -12,6 +12,7 @@ import pytest
 from kubernetes.client.exceptions import ApiException
 
 from nodecycle_sandbox.kube import SHUTDOWN_ANNOTATION, KubeServer
+from nodecycle_sandbox.kube.meta import parse_rfc3339
 
 from .conftest import Kube, connect, is_ready, node_name, nodes_seed, status_of, wait_until
 
@@ -330,6 +331,38 @@ def test_a_live_kubelet_posts_its_unchanged_status_periodically_and_a_lost_one_d
         last = heartbeat()
         time.sleep(2.5)  # more than two reports of a live kubelet
         assert (heartbeat(), _ready_status(server, node)) == (last, "True")
+
+
+def test_a_kubelet_stamps_its_lease_and_its_heartbeat_by_its_own_clock() -> None:
+    # (its node Lease controller's clock.Now, its ReadyCondition setter's nowFunc: Kubelet.clock.Now, not the server's)
+    with KubeServer(
+        tick_seconds=0.02, node_lease_renew_seconds=0.2, node_status_report_seconds=0.5
+    ) as server:
+        node = node_name(0, 10)
+
+        def stamps() -> tuple[float, float]:
+            found = server.get_object("nodes", node)
+            lease = server.get_object("leases", node, namespace="kube-node-lease")
+            assert found is not None
+            assert lease is not None
+            beat = next(c["lastHeartbeatTime"] for c in found["status"]["conditions"] if c["type"] == "Ready")
+            return parse_rfc3339(lease["spec"]["renewTime"]), parse_rfc3339(beat)
+
+        # Given a node whose kubelet's clock runs 30 s behind the server's
+        server.seed({"nodes": nodes_seed(1)})
+        server.set_kubelet_clock_offset(-30, node=node)
+
+        # When it renews its Lease and posts its status again, Then both say a time 30 s behind the server's
+        began = time.time()
+        wait_until(
+            lambda: max(stamps()) < began - 25, what="a renewal and a status report by the kubelet's clock"
+        )
+        renewed, beat = stamps()
+        assert began - 31 <= renewed < began - 25
+        assert began - 32 <= beat < began - 25
+
+        with pytest.raises(ValueError, match="finite"):
+            server.set_kubelet_clock_offset(float("nan"), node=node)
 
 
 def _taints(server: KubeServer, node: str) -> set[tuple[str, str]]:
