@@ -445,16 +445,23 @@ def _posted_since_the_reboot(node: NodeInfo, record: LifecycleRecord, extra: dic
     The rebooted kubelet's update carries the new boot's id and a new heartbeat in its Ready condition (the kubelet's
     MachineInfo and ReadyCondition setters, pkg/kubelet/nodestatus): a boot id other than at the gate's first read
     (BOOT_SEEN), or a heartbeat since the launch began (the reboot comes before the launch action: the old kubelet
-    posted none since; for a kubelet back before the gate's first read). A kubelet back even before the launch
-    began is seen at its next status report (5 minutes at most). A node that tells neither (no bootID, no
-    heartbeat) leaves the Lease alone to tell, as before."""
+    posted none since; for a kubelet back before the gate's first read). That heartbeat is stamped by the kubelet's
+    clock (the ReadyCondition setter's nowFunc, Kubelet.clock.Now) and cut to the second (a metav1.Time), the
+    launch's start by Auto Scaling's to the millisecond: compared as the Lease is (less CLOCK_SKEW). Compared as is,
+    a status posted as the launch began, by a kubelet whose clock runs a second or more behind (or in the same
+    second), read as older than the launch, and the gate waited for the kubelet's next status report (5 minutes),
+    past a shorter readiness timeout: the launch completed with the failure policy (ABANDON: a good instance
+    replaced). The old kubelet's last heartbeat is older than its instance's reboot, which takes the replacement's
+    or the stop's whole time before the launch action begins (minutes on AWS), far more than CLOCK_SKEW. A kubelet
+    back even before that is seen at its next status report (5 minutes at most). A node that tells neither (no
+    bootID, no heartbeat) leaves the Lease alone to tell, as before."""
     seen = record.extra.get(BOOT_SEEN)
     if seen is None:
         extra[BOOT_SEEN] = node.boot_id or NO_BOOT
     elif node.boot_id and node.boot_id != seen:
         return True
     if node.ready_heartbeat_at is not None:
-        return node.ready_heartbeat_at >= record.started_at
+        return node.ready_heartbeat_at >= record.started_at - CLOCK_SKEW
     return node.boot_id is None
 
 

@@ -78,8 +78,13 @@ _CAPACITY_STATES = frozenset(
     {"Pending", "Pending:Wait", "Pending:Proceed", "InService", *_REPLACING_ROOT_VOLUME}
 )
 # How long an instance whose root volume is replaced is down: its kubelet gone from the replacement's start
-# (ReplacingRootVolume:Proceed) until it is back on the new volume (RootVolumeReplaced).
-ROOT_VOLUME_REBOOT_SECONDS = 1.0
+# (ReplacingRootVolume:Proceed) until it is back on the new volume (RootVolumeReplaced). On AWS the replacement
+# detaches the old volume and attaches the new one, the instance rebooted (its task in-progress), and says succeeded
+# once the instance is available again (ReplaceRootVolumeTask, EC2 API Reference): never within seconds. Longer here
+# than the readiness gate's clock skew allowance (launch.CLOCK_SKEW, 5 s, and a heartbeat cut to the second): the old
+# kubelet's last status, posted before the reboot, is never as recent as the launch that follows it, which a 1 s
+# reboot made it, a stale Ready then within the allowance a gate gives a kubelet whose clock runs behind.
+ROOT_VOLUME_REBOOT_SECONDS = 7.0
 # And how much later its kubelet runs again: the operating system boots from the new volume while the launch hooks
 # already hold the instance (Pending:Wait), its node object still Ready from before the reboot (the node monitor's
 # 40 s grace is not over). A kubelet back at RootVolumeReplaced itself hid a readiness gate that took that stale Ready.

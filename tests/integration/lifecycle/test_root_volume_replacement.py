@@ -148,6 +148,45 @@ def test_a_launch_back_from_a_root_volume_replacement_waits_for_the_rebooted_kub
             )
 
 
+# How far behind the sandbox's clock (Auto Scaling's) the rebooted kubelets of the test below stamp what they post
+KUBELET_CLOCK_BEHIND_SECONDS = 3.0
+
+
+def test_a_launch_back_from_a_root_volume_replacement_takes_the_status_of_a_kubelet_whose_clock_runs_behind() -> (
+    None
+):
+    with running(size=2, hooks=HOOKS, parameters={"ReadinessTimeoutSeconds": "30"}) as sandbox:
+        # Given kubelets whose clock runs 3 s behind Auto Scaling's, which post their node's status (the new boot's id,
+        # a Ready heartbeat by their clock) as their instance is back from its root volume replacement, before the
+        # readiness gate's first look, and then not again within the readiness timeout (a kubelet re-posts an unchanged
+        # status every 5 minutes: nodeStatusReportFrequency)
+        sandbox.aws.configure(root_volume_boot_seconds=0)
+        sandbox.kube.set_status_report_seconds(None)
+        instances = sorted(sandbox.asg.in_state("InService"))
+        for instance in instances:
+            sandbox.kube.set_kubelet_clock_offset(
+                -KUBELET_CLOCK_BEHIND_SECONDS, node=node_of(sandbox, instance)
+            )
+
+        # When an instance refresh replaces their root volumes, one at a time
+        refresh = sandbox.asg.start_refresh(min_healthy_percentage=50, strategy=REPLACE_ROOT_VOLUME)
+        timeline = sandbox.asg.wait_refresh(refresh, timeout=240)
+
+        # Then each launch action after a replacement was completed with CONTINUE once the rebooted kubelet ran (its
+        # heartbeat read by the kubelet's clock), not left to the readiness timeout and abandoned: the same instances
+        # in service again
+        for instance in instances:
+            (replaced_at,) = timeline.instances[instance].root_volume_replaced_at
+            (launch,) = [
+                a
+                for a in sandbox.aws.actions()
+                if a.instance_id == instance and a.transition == LAUNCHING and a.started_at > replaced_at
+            ]
+            assert (launch.outcome, launch.result) == ("completed", "CONTINUE"), instance
+        assert timeline.status == "Successful"
+        assert sorted(sandbox.asg.in_state("InService")) == instances
+
+
 def uncordoned_again(sandbox: Sandbox, node: str, *, within: float = 60) -> None:
     wait_for(
         lambda: not cordoned(node_object(sandbox, node)) and ready(node_object(sandbox, node)),

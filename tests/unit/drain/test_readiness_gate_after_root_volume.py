@@ -5,7 +5,7 @@ a renewal after the gate's first read is the rebooted kubelet's."""
 
 from __future__ import annotations
 
-from datetime import timedelta
+from datetime import datetime, timedelta
 
 import pytest
 
@@ -118,3 +118,57 @@ def test_the_gate_after_a_root_volume_replacement_opens_on_a_status_posted_befor
 
     # Then it opens once the Lease is renewed since its first read, the boot id the same as then
     assert opened == 10
+
+
+@pytest.mark.parametrize(
+    ("heartbeat", "started"),
+    [
+        (T0 - timedelta(seconds=3), T0),
+        (T0, T0 + timedelta(milliseconds=800)),
+    ],
+    ids=["a kubelet clock 3 s behind", "a heartbeat cut to the second"],
+)
+def test_the_gate_after_a_root_volume_replacement_takes_a_status_posted_as_the_launch_began_by_the_kubelets_clock(
+    heartbeat: datetime, started: datetime
+) -> None:
+    # Given a launch back from a root volume replacement begun at ``started`` (Auto Scaling's clock, to the
+    # millisecond), whose rebooted kubelet posted the node's status (the new boot's id) and renewed the Lease by the
+    # gate's first read, its Ready heartbeat stamped as it began by the kubelet's own clock (3 s behind Auto
+    # Scaling's), or the same instant cut to the second (a lastHeartbeatTime is a metav1.Time: whole seconds)
+    cluster = KubeletCluster(nodes={NODE: node(boot_id=NEW_BOOT, ready_heartbeat_at=heartbeat)}, first=T0)
+    gate = gate_on(cluster, Dns(), readiness(readiness_timeout_seconds="120", drain_poll_seconds="5"))
+    record = launching(
+        origin=GROUP, destination=GROUP, started_at=started, received_at=started + timedelta(seconds=1)
+    )
+
+    # When the gate polls every 5 s, the kubelet posting no other status meanwhile (its next report is 5 minutes away)
+    opened = poll_gate(gate, cluster, until=120, joins={}, record=record)
+
+    # Then it opens once the Lease is renewed since its first read, as for a heartbeat stamped after the launch began
+    # by Auto Scaling's clock: not at its timeout, the instance abandoned and replaced under ABANDON
+    assert opened == 10
+
+
+def test_the_gate_after_a_root_volume_replacement_takes_no_heartbeat_of_the_old_kubelet_for_the_rebooted_ones() -> (
+    None
+):
+    # Given a launch back from a root volume replacement begun at T0, its node still Ready from before the reboot (the
+    # old boot's id), the old kubelet's last status report 6 s before the launch began (more than the clock skew
+    # allowed: its instance went down since), the rebooted kubelet renewing the Lease from 5 s after T0 on but posting
+    # the node's status only 20 s after T0
+    before = node(boot_id=OLD_BOOT, ready_heartbeat_at=T0 - timedelta(seconds=6))
+    cluster = KubeletCluster(
+        nodes={NODE: before},
+        first=T0 - timedelta(seconds=303),
+        stopped=REBOOTED,
+        restarted=T0 + timedelta(seconds=5),
+    )
+    gate = gate_on(cluster, Dns(), readiness(readiness_timeout_seconds="120", drain_poll_seconds="5"))
+    record = launching(origin=GROUP, destination=GROUP, started_at=T0, received_at=T0 + timedelta(seconds=1))
+    posted = before.model_copy(update={"boot_id": NEW_BOOT, "ready_heartbeat_at": T0 + timedelta(seconds=20)})
+
+    # When the gate polls every 5 s
+    opened = poll_gate(gate, cluster, until=120, joins={20: posted}, record=record)
+
+    # Then it opens once the rebooted kubelet posted its status, not on the old kubelet's heartbeat
+    assert opened == 20
