@@ -593,6 +593,18 @@ class LifecycleEmulator:
         else:
             self.nodes.instance_started(history.node_name)
 
+    def instance_resumed(self, instance_id: str, *, after: float = 0.0) -> None:
+        """The instance resumes from hibernation: its kubelet runs on ``after`` seconds later, on the same boot."""
+        history = self.instances.get(instance_id)
+        if history is None or self.nodes is None:
+            return
+        if after > 0:
+            timer = threading.Timer(after, self.nodes.instance_resumed, args=(history.node_name,))
+            timer.daemon = True
+            timer.start()
+        else:
+            self.nodes.instance_resumed(history.node_name)
+
     def scale_in(self, group: FakeAutoScalingGroup, count: int) -> None:
         for state in self._victims(group, count):
             if self.pool.reuses(group):

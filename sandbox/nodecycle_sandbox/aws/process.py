@@ -96,6 +96,9 @@ class _Outbox:
     def instance_started(self, name: str) -> None:
         self._send(("instance_started", name, {}))
 
+    def instance_resumed(self, name: str) -> None:
+        self._send(("instance_resumed", name, {}))
+
     def instance_rebooting(self, name: str) -> None:
         self._send(("instance_rebooting", name, {}))
 

@@ -182,6 +182,7 @@ class WarmPoolEmulator:
         for state in ready:
             instance_id = state.instance.id
             running = state.lifecycle_state == "Warmed:Running"
+            hibernated = state.lifecycle_state == "Warmed:Hibernated"
             state.lifecycle_state = "Pending"
             history = self._lifecycle.instances.get(instance_id)
             if history is not None:
@@ -190,6 +191,9 @@ class WarmPoolEmulator:
                 self._lifecycle.backend.ec2_backend.start_instances([instance_id])
             if not self._lifecycle.joined(instance_id):
                 self._lifecycle.join(state)
+            elif hibernated:
+                # resumed, not booted: the same boot id, its kubelet running on (Controllers.instance_resumed)
+                self._lifecycle.instance_resumed(instance_id, after=self._lifecycle.node_plan.join_after)
             elif not running:
                 # its kubelet back once the instance has booted (as long as a first one takes to join): until
                 # then its node object is as the stop left it (still Ready for the node monitor grace period)

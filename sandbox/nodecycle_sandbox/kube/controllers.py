@@ -213,6 +213,33 @@ class Controllers:
                 self._store.write(NODES, updated, verb="update", source=SANDBOX)
             return True
 
+    def instance_resumed(self, name: str) -> bool:
+        """The node's instance resumed from hibernation: no boot (its kernel and processes restored from the
+        hibernation image, /proc/sys/kernel/random/boot_id with them, so the kubelet's status.nodeInfo.bootID stays
+        the same: MachineInfo setter, pkg/kubelet/nodestatus), its kubelet running on where it stopped. It renews its
+        Lease at once, and posts its node's status only if that status changed (Kubelet.tryUpdateNodeStatus patches
+        a changed status at once, an unchanged one once nodeStatusReportFrequency has passed since its last report,
+        by a monotonic clock that did not run while the instance slept): a node the lifecycle controller marked
+        Unknown meanwhile is posted Ready again; one still Ready (a sleep shorter than the node monitor's grace)
+        gets a new heartbeat only at the next report. The shutdown taint goes, as at a start. False when there is
+        no such node."""
+        with self._store.lock:
+            self._stopped.discard(name)
+            node = self._store.get(NODES, "", name)
+            if node is None:
+                return False
+            self._kubelet.revive(name)
+            self._kubelet_lost_at.pop(name, None)
+            self._boot_status_at.pop(name, None)
+            if not node_ready(node):
+                posted = node_lifecycle.reachable(node, self._kubelet.now_on(name))
+                self._store.write(NODES, posted, verb="update", source=SANDBOX, resource="nodes/status")
+                node = posted
+            updated = node_lifecycle.started(node)
+            if updated != node:
+                self._store.write(NODES, updated, verb="update", source=SANDBOX)
+            return True
+
     def revive_kubelet(self, name: str, *, booted: bool = False) -> None:
         """The node's kubelet posts its status again: after its own restart (the same boot), or, ``booted``, on an
         instance that booted again (a reboot, a stop and start), with that boot's id."""

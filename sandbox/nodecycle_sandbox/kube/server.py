@@ -491,6 +491,13 @@ class KubeServer:
         self._poke()
         return found
 
+    def instance_resumed(self, name: str) -> bool:
+        """The node's instance resumed from hibernation: the same boot, its kubelet running on where it stopped (see
+        Controllers.instance_resumed)."""
+        found = self._controllers.instance_resumed(name)
+        self._poke()
+        return found
+
     def set_node_ready(self, name: str, ready: bool) -> None:
         """Flip the node's Ready condition; its pods' readiness follows, as the node lifecycle controller does."""
         self._controllers.set_node_ready(name, ready)

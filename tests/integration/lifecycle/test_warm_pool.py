@@ -43,6 +43,10 @@ TAKES_BACK = WarmPoolSpec(min_size=0, max_group_prepared_capacity=3, reuse_on_sc
 TAKES_BACK_RUNNING = WarmPoolSpec(
     min_size=0, max_group_prepared_capacity=3, reuse_on_scale_in=True, pool_state="Running"
 )
+# The same, its instances hibernated in the pool (PoolState Hibernated): resumed out of it, not booted
+TAKES_BACK_HIBERNATED = WarmPoolSpec(
+    min_size=0, max_group_prepared_capacity=3, reuse_on_scale_in=True, pool_state="Hibernated"
+)
 BOOT_SECONDS = 2.0  # an instance started out of the pool runs its kubelet again this long after
 LOST_HEARTBEAT_TIMEOUT = 15  # the hooks' of the sweeper's adoption: it adopts within seconds
 LEASE_ALLOWANCE = 5.0  # the readiness gate takes a Lease renewed this long before the action started
@@ -294,6 +298,36 @@ def test_a_scale_in_back_into_the_pool_drains_the_node_first_and_a_scale_out_bri
             node_object(sandbox, node)["metadata"].get("annotations") or {}
         )
         assert addresses_of(sandbox, instance) != []
+
+
+def test_an_instance_resumed_from_a_hibernated_pool_on_the_same_boot_completes_its_launch_and_is_uncordoned() -> (
+    None
+):
+    with running(size=3, warm_pool=TAKES_BACK_HIBERNATED) as sandbox:
+        # Given an instance the group scaled in to its hibernated pool, its node drained and kept cordoned
+        sandbox.asg.set_desired(2)
+        instance, _, node, _ = scaled_in_to_pool(sandbox, "Warmed:Hibernated")
+        before = node_object(sandbox, node)["status"]["nodeInfo"]["bootID"]
+
+        # When the group scales out again, the instance resumed (no boot: the same boot id, its kubelet running on
+        # where it stopped) BOOT_SECONDS after it leaves the pool, its Lease older than the gate takes
+        sandbox.aws.plan_nodes(join_after=BOOT_SECONDS)
+        renewed = last_renewal(sandbox, node)
+        wait_for(
+            lambda: time.time() > renewed + LEASE_ALLOWANCE + 1,
+            30,
+            "the Lease older than the gate takes",
+        )
+        sandbox.asg.set_desired(3)
+
+        # Then its launch is completed once its kubelet runs again (a Lease renewal since the action began), and
+        # its node, on the boot from before the pool, is uncordoned
+        back = wait_launched_from_pool(sandbox, instance)
+        assert (back.outcome, back.result) == ("completed", "CONTINUE")
+        assert back.finished_at is not None
+        assert [t for t in lease_renewals(sandbox, node) if back.started_at <= t <= back.finished_at] != []
+        wait_for(lambda: not cordoned(node_object(sandbox, node)), 60, "the node uncordoned")
+        assert node_object(sandbox, node)["status"]["nodeInfo"]["bootID"] == before
 
 
 @contextmanager

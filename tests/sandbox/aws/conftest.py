@@ -90,6 +90,9 @@ class FakeNodes:
     def instance_started(self, name: str) -> None:
         self.stopped.discard(name)
 
+    def instance_resumed(self, name: str) -> None:
+        self.stopped.discard(name)
+
     def instance_rebooting(self, name: str) -> None:
         self.stopped.add(name)
 

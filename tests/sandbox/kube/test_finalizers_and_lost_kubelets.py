@@ -420,3 +420,61 @@ def test_a_kubelet_back_after_its_instance_booted_again_posts_a_new_boot_id_and_
         assert server.instance_stopped(node)
         assert server.instance_started(node)
         assert _boot_id(server, node) not in (first, second)
+
+
+def test_a_kubelet_resumed_from_hibernation_keeps_its_boot_id_and_posts_only_a_changed_status() -> None:
+    # (a hibernated instance resumes its kernel and processes: the same /proc/sys/kernel/random/boot_id; its kubelet
+    # patches a changed status at once, an unchanged one at its next report: Kubelet.tryUpdateNodeStatus)
+    with KubeServer(
+        tick_seconds=0.02, node_monitor_grace_seconds=0.3, node_status_report_seconds=None
+    ) as server:
+        server.seed({"nodes": nodes_seed(1)})
+        node = node_name(0, 10)
+        first = _boot_id(server, node)
+
+        def heartbeat() -> str:
+            found = server.get_object("nodes", node)
+            assert found is not None
+            return next(c["lastHeartbeatTime"] for c in found["status"]["conditions"] if c["type"] == "Ready")
+
+        # When its instance hibernates past the node monitor's grace (the node Unknown) and resumes: its kubelet
+        # posts Ready again, on the same boot id, without the shutdown taint
+        assert server.instance_stopped(node)
+        wait_until(lambda: _ready_status(server, node) == "Unknown", what="the node Unknown")
+        time.sleep(1.1)  # (a heartbeat a second later: whole seconds)
+        before = heartbeat()
+        assert ("node.cloudprovider.kubernetes.io/shutdown", "NoSchedule") in _taints(server, node)
+        assert server.instance_resumed(node)
+        assert (_ready_status(server, node), _boot_id(server, node)) == ("True", first)
+        assert heartbeat() > before
+        assert ("node.cloudprovider.kubernetes.io/shutdown", "NoSchedule") not in _taints(server, node)
+
+
+def test_a_kubelet_resumed_within_the_node_monitors_grace_posts_nothing_until_its_next_report() -> None:
+    with KubeServer(
+        tick_seconds=0.02, node_lease_renew_seconds=0.2, node_status_report_seconds=None
+    ) as server:
+        server.seed({"nodes": nodes_seed(1)})
+        node = node_name(0, 10)
+        first = _boot_id(server, node)
+        found = server.get_object("nodes", node)
+        assert found is not None
+        before = found["status"]["conditions"]
+
+        def renewed() -> str:
+            lease = server.get_object("leases", node, namespace="kube-node-lease")
+            assert lease is not None
+            return str(lease["spec"]["renewTime"])
+
+        # When its instance hibernates and resumes within the node monitor's grace (the node still Ready)
+        assert server.instance_stopped(node)
+        time.sleep(1.1)  # (a heartbeat posted now would be a second later: whole seconds)
+        last = renewed()
+        assert server.instance_resumed(node)
+
+        # Then its kubelet renews its Lease, but posts no status (nothing changed): the node's conditions and boot id
+        # as before the sleep
+        wait_until(lambda: renewed() != last, what="the resumed kubelet's renewal")
+        after = server.get_object("nodes", node)
+        assert after is not None
+        assert (after["status"]["conditions"], _boot_id(server, node)) == (before, first)

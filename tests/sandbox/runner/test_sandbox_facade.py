@@ -92,6 +92,9 @@ class FakeCluster:
     def instance_started(self, name: str) -> None:
         self.nodes[name]["stopped"] = False
 
+    def instance_resumed(self, name: str) -> None:
+        self.nodes[name]["stopped"] = False
+
     def instance_rebooting(self, name: str) -> None:
         self.nodes[name]["stopped"] = True
 
