@@ -8,7 +8,8 @@ and settings (the sandbox registers its stack too: ``nodecycle doctor --stack no
 with the usual credential chain, the cluster with the kubeconfig. Checked:
 
 - the stack itself: not half deleted (DELETE_FAILED, DELETE_IN_PROGRESS: then that alone, and the hooks that
-  outlive it), and no other nodecycle stack of the region with its owner id;
+  outlive it), and no other nodecycle stack of the region with its owner id, naming a group it names, or on its
+  cluster with another BudgetNamespace (a budget apart: each stack counts only its own namespace's slots);
 
 - the cluster's authentication mode (access entries need API or API_AND_CONFIG_MAP);
 - each function role's access entry (or, in API_AND_CONFIG_MAP, its aws-auth mapping), and what the identity it
@@ -207,6 +208,7 @@ class Doctor:
                 lambda: [
                     aws_checks.shared_owner(self.client("cloudformation"), deployment),
                     aws_checks.shared_groups(self.client("cloudformation"), deployment),
+                    aws_checks.split_budget(self.client("cloudformation"), deployment),
                 ],
             )
             for what, output in RULE_OUTPUTS:

@@ -817,10 +817,60 @@ def shared_groups(cloudformation: Any, deployment: Any) -> Finding:
     )
 
 
+# BudgetNamespace's default in the template: a stack description lists every parameter with its value, but a
+# stack made from another template (or an older one) may lack it
+_BUDGET_NAMESPACE = "nodecycle"
+
+
+def split_budget(cloudformation: Any, deployment: Any) -> Finding:
+    """Other nodecycle stacks of the region on this stack's cluster (one ClusterName) whose BudgetNamespace is
+    another. Each stack reads and writes the ``nodecycle-budget`` ConfigMap of its own namespace alone: neither
+    sees the other's slots, so the cluster drains as many nodes at once, in all and per zone, as both stacks'
+    limits together allow (two stacks of BudgetMaxUnavailable=1: two nodes), though the stacks of a cluster are
+    to share one budget (invariant 1). Nothing at run time tells: each stack's RBAC reaches its own namespace
+    only. A stack being deleted drains nothing new."""
+    check = "cloudformation.budget"
+    cluster = deployment.parameter("ClusterName")
+    if not cluster:
+        return Finding.ok(check, "this stack has no cluster (ClusterName empty): no budget to share")
+    namespace = deployment.parameter("BudgetNamespace", _BUDGET_NAMESPACE) or _BUDGET_NAMESPACE
+    apart = sorted(
+        (stack["StackName"], theirs)
+        for page in cloudformation.get_paginator("describe_stacks").paginate()
+        for stack in page["Stacks"]
+        if stack["StackName"] != deployment.name
+        and not stack.get("StackStatus", "").startswith("DELETE_")
+        and "LifecycleTableName" in _outputs(stack)
+        and _parameters(stack).get("ClusterName") == cluster
+        and (theirs := _parameters(stack).get("BudgetNamespace") or _BUDGET_NAMESPACE) != namespace
+    )
+    if not apart:
+        return Finding.ok(
+            check,
+            f"every nodecycle stack in {deployment.region} on cluster {cluster} shares the budget in namespace "
+            f"{namespace}",
+        )
+    named = "; ".join(f"{name} in namespace {theirs}" for name, theirs in apart)
+    return Finding.problem(
+        check,
+        f"nodecycle stacks on cluster {cluster} keep their budget apart from this stack's (namespace "
+        f"{namespace}): {named}",
+        "each stack counts only its own budget's slots: together they drain more nodes at once than either "
+        "stack's BudgetMaxUnavailable and BudgetMaxUnavailablePerZone allow, in the cluster and in each zone",
+        "give every stack on the cluster one BudgetNamespace, at a quiet time (nodecycle status lists no open "
+        "lifecycle of the stack moved: its slots are not carried over), with the RBAC rendered for it "
+        "(nodecycle rbac --namespace NAMESPACE | kubectl apply -f -): sam deploy --stack-name NAME "
+        f"--parameter-overrides BudgetNamespace={namespace}",
+    )
+
+
+def _parameters(stack: Mapping[str, Any]) -> dict[str, str]:
+    return {p["ParameterKey"]: p.get("ParameterValue", "") for p in stack.get("Parameters") or []}
+
+
 def _groups_named(stack: Mapping[str, Any]) -> set[str]:
     """The groups a stack names in its ManagedGroups parameter, as DescribeStacks gives it."""
-    parameters = {p["ParameterKey"]: p.get("ParameterValue", "") for p in stack.get("Parameters") or []}
-    return {g.strip() for g in parameters.get("ManagedGroups", "").split(",") if g.strip()}
+    return {g.strip() for g in _parameters(stack).get("ManagedGroups", "").split(",") if g.strip()}
 
 
 def _outputs(stack: Mapping[str, Any]) -> dict[str, str]:
