@@ -26,7 +26,9 @@ with the usual credential chain, the cluster with the kubeconfig. Checked:
   HeartbeatMarginSeconds and a minute, the schedule's precision, plus 255 s, how far into its run a sweep may
   reach it, plus 300 s under 5 minutes: 615 s with the template's defaults), the
   default result; none still tagged aws-node-termination-handler/managed (that handler would drain its nodes
-  too, outside the budget, and complete nodecycle's actions: docs/migrating.md);
+  too, outside the budget, and complete nodecycle's actions: docs/migrating.md); and no instance of them tagged
+  nodecycle:owner for another owner (a group's tag reaches an instance at its launch only: a group retagged keeps
+  its instances tagged for the owner before, which takes their disruptions);
 - the EventBridge rules enabled, each targeting its function (with the template's retry policy and dead-letter
   queue), which lets the rule invoke it (its resource policy); the dead-letter
   queues there and empty, and the intake and sweeper ones
@@ -248,6 +250,8 @@ class Doctor:
                     )
             findings += self._guard("lifecycles", lambda: self._lifecycles(deployment))
         findings += self._guard("hooks", self._hooks)
+        if deployment is not None:
+            findings += self._guard("instances.owner", lambda: self._instance_owners(deployment))
         if self.cluster:
             findings += self._cluster(self.cluster)
         return findings
@@ -400,6 +404,12 @@ class Doctor:
             owner=self._deployment.owner if self._deployment is not None else None,
         )
         return aws_checks.hooks(autoscaling, groups, rules)
+
+    def _instance_owners(self, deployment: Deployment) -> list[Finding]:
+        groups = self._groups() or []
+        return aws_checks.instance_owners(
+            self.client("autoscaling"), self.client("ec2"), groups, deployment.owner
+        )
 
     def _cluster(self, cluster: str) -> list[Finding]:
         eks = self.client("eks")

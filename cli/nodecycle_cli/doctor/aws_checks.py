@@ -115,6 +115,82 @@ def hooks(autoscaling: Any, groups: Sequence[str], rules: HookRules) -> list[Fin
     return findings
 
 
+# EC2 takes at most 200 values in one filter
+_FILTER_VALUES = 200
+# An instance's states in which it may still be disrupted (told of a Spot warning, a maintenance, a stop) or launched
+_LIVE_STATES = ["pending", "running", "stopping", "stopped"]
+# Instances named in a finding's fix, at most (the rest counted)
+_NAMED_INSTANCES = 20
+
+
+def instance_owners(autoscaling: Any, ec2: Any, groups: Sequence[str], owner: str) -> list[Finding]:
+    """The instances of the stack's groups tagged ``nodecycle:owner`` for another owner. A group's propagated tag is
+    copied to an instance at its launch only (CreateOrUpdateTags: running instances do not get the new or updated
+    tag), so a group handed over by retagging it, or retagged for a new owner id, keeps its running and warm-pool
+    instances tagged for the owner before. An instance's own owner tag decides whose its disruptions are (intake:
+    Spot warnings, rebalance recommendations, maintenances, stops and terminations told by EC2 go to the owner it
+    names, or to nobody once that stack is gone), and the EIP role associates addresses only with instances tagged
+    for its own owner. A group tagged for another owner is that owner's (the hooks check says so): its instances
+    are not looked at."""
+    check = "instances.owner"
+    if not groups:
+        return [Finding.ok(check, "no managed group")]
+    pages = autoscaling.get_paginator("describe_auto_scaling_groups").paginate(
+        AutoScalingGroupNames=list(groups)
+    )
+    mine = {
+        g["AutoScalingGroupName"]
+        for page in pages
+        for g in page["AutoScalingGroups"]
+        if {t["Key"]: t.get("Value") for t in g.get("Tags", [])}.get(OWNER_TAG) in (None, owner)
+    }
+    names = sorted(mine)
+    others: dict[str, dict[str, list[str]]] = {}  # group -> the owner its instances name -> those instances
+    for start in range(0, len(names), _FILTER_VALUES):
+        found = ec2.get_paginator("describe_instances").paginate(
+            Filters=[
+                {"Name": "tag:aws:autoscaling:groupName", "Values": names[start : start + _FILTER_VALUES]},
+                {"Name": "tag-key", "Values": [OWNER_TAG]},
+                {"Name": "instance-state-name", "Values": _LIVE_STATES},
+            ]
+        )
+        for page in found:
+            for reservation in page["Reservations"]:
+                for instance in reservation["Instances"]:
+                    tags = {t["Key"]: t.get("Value", "") for t in instance.get("Tags", [])}
+                    group, tagged = tags.get("aws:autoscaling:groupName"), tags.get(OWNER_TAG)
+                    if group is not None and group in mine and tagged is not None and tagged != owner:
+                        others.setdefault(group, {}).setdefault(tagged, []).append(instance["InstanceId"])
+    if not others:
+        return [
+            Finding.ok(check, f"no instance of the stack's groups is tagged for an owner other than {owner}")
+        ]
+    findings = []
+    for group, by_owner in sorted(others.items()):
+        ids = sorted(i for tagged in by_owner.values() for i in tagged)
+        told = "; ".join(
+            f"{', '.join(sorted(tagged))} tagged for {name}" for name, tagged in sorted(by_owner.items())
+        )
+        named = " ".join(ids[:_NAMED_INSTANCES])
+        more = (
+            f" (and the {len(ids) - _NAMED_INSTANCES} others named above)"
+            if len(ids) > _NAMED_INSTANCES
+            else ""
+        )
+        findings.append(
+            Finding.problem(
+                check,
+                f"instances of group {group} carry nodecycle:owner for another owner: {told}",
+                "an instance's owner tag decides whose its disruptions are: its Spot warnings, rebalance "
+                "recommendations, maintenances and stops go to that owner, or to nobody once its stack is gone, "
+                "and this stack's EIP role may not associate an address with it (a warm pool's launch). Auto "
+                "Scaling copies a group's tag at launch only: retagging the group left them as they were",
+                f"aws ec2 create-tags --resources {named} --tags Key={OWNER_TAG},Value={owner}{more}",
+            )
+        )
+    return findings
+
+
 def _other_drainer(group: str) -> Finding:
     return Finding.problem(
         f"hooks.{group}",
