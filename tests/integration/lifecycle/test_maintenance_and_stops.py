@@ -1,5 +1,8 @@
 """Scheduled maintenance drained before it starts, and an instance stopped outside the group's hooks while
-nodecycle held things for it: end to end, with Elastic IPs on."""
+nodecycle held things for it: end to end, with Elastic IPs on. A node drained for EC2's scheduled reboot is kept
+cordoned through the reboot itself: EC2 lists the event completed while the instance still boots, and the node stays
+Ready as the old kubelet left it until the node monitor's grace is over; the cordon is lifted only once the rebooted
+kubelet posts the node's status (a new boot id), not on that stale Ready."""
 
 from __future__ import annotations
 
@@ -14,6 +17,7 @@ import pytest
 from nodecycle.domain.model import LifecycleRecord, Step, Transition
 from nodecycle_sandbox import Sandbox
 from nodecycle_sandbox.aws.group import wait_for
+from nodecycle_sandbox.aws.lifecycle import BOOT_SECONDS
 from nodecycle_sandbox.aws.records import TERMINATING
 from nodecycle_sandbox.checks import last_pod_gone, pdb_breaches
 from nodecycle_sandbox.kube import HistoryEntry
@@ -28,6 +32,10 @@ STARTS_IN = 62.0
 # waits for the reboot's start, so this is as short as the drain allows
 REBOOT_IN = 12.0
 LATER_IN = 3600.0  # a second maintenance of the same instance, an hour from now: drained 59 minutes on
+# How long the reboot of the test of the stale Ready keeps the kubelet away: longer than two of the watch's looks (12
+# drain polls of 1 s), shorter than the node monitor's grace (40 s), so that the node says Ready, as the old kubelet
+# left it, all through the reboot: each look of the watch meanwhile finds the reboot listed completed and the node Ready
+STALE_READY_BOOT_SECONDS = 30.0
 
 
 class MinuteLead(NamedTuple):
@@ -39,8 +47,8 @@ class MinuteLead(NamedTuple):
 def minute_lead() -> Iterator[MinuteLead]:
     """Five instances in service, maintenance drained a minute before it starts, Elastic IPs on: the sandbox of the
     tests that need nothing else, each on instances of its own, named when the sandbox started (a sandbox each was
-    a sandbox's start more each). The test that stops an instance runs last: it leaves that instance's node and pods
-    to a kubelet that is gone."""
+    a sandbox's start more each: the test of the stale Ready had a file and a sandbox of its own). The test that
+    stops an instance runs last: it leaves that instance's node and pods to a kubelet that is gone."""
     with running(size=5, parameters={"MaintenanceLeadMinutes": "1", "EipMode": "allocate"}) as sandbox:
         yield MinuteLead(sandbox, sorted(sandbox.asg.in_state("InService")))
 
@@ -162,6 +170,57 @@ def test_a_node_drained_for_a_reboot_is_uncordoned_once_the_reboot_is_over_and_i
         "the maintenance's lifecycle over",
     )
     assert nodecycle_annotations(sandbox, node) == {}
+
+
+def test_a_node_drained_for_a_reboot_stays_cordoned_until_its_kubelet_is_back_from_the_reboot(
+    minute_lead: MinuteLead,
+) -> None:
+    # (the module's sandbox: this test's instance is its fifth; its reboots keep the kubelet away for
+    # STALE_READY_BOOT_SECONDS until the test is over)
+    sandbox, instance = minute_lead.sandbox, minute_lead.instances[4]
+    node = node_of(sandbox, instance)
+    store = records(sandbox)
+    booted_before = boot_id(node_object(sandbox, node))
+    sandbox.aws.configure(boot_seconds=STALE_READY_BOOT_SECONDS)
+    try:
+        # Given EC2's system reboot of one instance 12 s from now, its node drained (cordoned, empty) for it
+        sandbox.asg.schedule_maintenance([instance], code="system-reboot", starts_in=REBOOT_IN)
+        starts = time.time() + REBOOT_IN
+        wait_for(
+            lambda: (
+                (r := store.get(f"{instance}/{Transition.SCHEDULED_CHANGE.short}"))
+                and r.drain_started_at is not None
+                and r.step in (Step.CLEANUP, Step.DONE)
+                and cordoned(sandbox, node)
+            ),
+            REBOOT_IN + 30,
+            "the reboot's drain",
+        )
+
+        # When EC2 reboots it in its window, listing the event completed at once, its kubelet away for 30 s
+        time.sleep(max(0.0, starts - time.time()))
+        sandbox.kube.reset_history()
+        sandbox.asg.end_maintenance([instance])
+    finally:
+        sandbox.aws.configure(boot_seconds=BOOT_SECONDS)
+
+    # Then the node is uncordoned, but only once the rebooted kubelet has posted its status (its new boot id): on the
+    # Ready left from before the reboot, pods were sent to a node whose kubelet was not running
+    wait_for(lambda: not cordoned(sandbox, node), 120, "the node uncordoned after the reboot")
+    lifted = next(
+        e
+        for e in sandbox.kube.history()
+        if e.resource == "nodes" and e.name == node and not e.removed and not unschedulable(e.object)
+    )
+    assert boot_id(lifted.object) != booted_before, (
+        "uncordoned on the Ready the kubelet left before the reboot"
+    )
+    assert instance in sandbox.asg.in_state("InService")
+    wait_for(
+        lambda: (r := store.get(f"{instance}/{Transition.SCHEDULED_CHANGE.short}")) and r.finished,
+        30,
+        "the maintenance's lifecycle over",
+    )
 
 
 def test_maintenance_is_drained_before_it_starts_and_a_stopped_instance_leaves_nothing_behind(
@@ -313,3 +372,15 @@ def addresses_of(sandbox: Sandbox, instance: str) -> list[str]:
         if a.get("InstanceId") == instance
         or any(t["Key"] == "nodecycle:instance-id" and t["Value"] == instance for t in a.get("Tags", []))
     ]
+
+
+def node_object(sandbox: Sandbox, node: str) -> dict[str, Any]:
+    return sandbox.kube.get_object("nodes", node) or {}
+
+
+def unschedulable(node: dict[str, Any]) -> bool:
+    return bool((node.get("spec") or {}).get("unschedulable"))
+
+
+def boot_id(node: dict[str, Any]) -> str | None:
+    return ((node.get("status") or {}).get("nodeInfo") or {}).get("bootID")
