@@ -2,12 +2,17 @@
 layer, for the sweeper's own key only): a service that denies or throttles it fails the parts that need that
 service, and no other part. The address part frees a dangling Elastic IP while Auto Scaling throttles the
 sweeper and DynamoDB denies it; the annotations' part clears a node's leftover annotations while EC2 denies the
-sweeper and Auto Scaling throttles it. Each sweep meanwhile fails (its errors alarm), naming its parts."""
+sweeper and Auto Scaling throttles it. Each sweep meanwhile fails (its errors alarm), naming its parts.
+
+One sandbox for the file (a start each was a sandbox's start more): two instances in service, each with the address
+its launch allocated and associated (EipMode allocate), the sweeper every 2 s. Each test arms its own faults, for the
+sweeper only, and disarms them before it ends."""
 
 from __future__ import annotations
 
 import json
 import time
+from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -50,70 +55,89 @@ def allocations(sandbox: Sandbox) -> set[str]:
     return {a["AllocationId"] for a in sandbox.client("ec2").describe_addresses()["Addresses"]}
 
 
-def test_a_service_that_denies_or_throttles_the_sweeper_stops_only_the_parts_that_need_it() -> None:
-    with running(settings=SETTINGS, schedule_interval=2.0, size=1) as sandbox:
-        sweeper = sandbox.runner.access_key("SweeperFunction")
+@pytest.fixture(scope="module")
+def sandbox() -> Iterator[Sandbox]:
+    with running(
+        parameters={"EipMode": "allocate"},
+        settings=SETTINGS,
+        schedule_interval=2.0,
+        size=2,
+    ) as started:
+        yield started
 
-        # Given Auto Scaling throttling the sweeper (the orphans' listing, past botocore's retries) and DynamoDB
-        # denying it (a key policy changed: no open lifecycle listed, no record read), and an address of this
-        # stack left unassociated for an hour
-        before = time.time()
-        sandbox.aws.arm_faults(
-            faults=[
-                Fault("asg", "aws-throttle", target="autoscaling.*"),
-                Fault("ddb", "aws-denied", target="dynamodb.*"),
-            ],
-            seed=1,
-            callers=[sweeper],
-        )
-        dangling = dangling_address(sandbox)
 
-        # When the sweeps run, Then the address is released all the same
-        wait_for(lambda: dangling not in allocations(sandbox), 90, "the dangling address's release")
-        # and the sweeps that ended meanwhile failed, naming the parts that could not run, not the address part
-        ended = wait_for(lambda: sweeps_after(sandbox, before), 60, "a sweep that ended")
-        assert all(not ok for ok, _ in ended), ended
-        assert all("orphans" in error and "addresses" not in error for _, error in ended), ended
+@pytest.fixture(autouse=True)
+def faults_disarmed(sandbox: Sandbox) -> Iterator[None]:
+    """Each test's faults disarmed once it is over, failed or not: the next test's sweeps are its own faults' only."""
+    yield
+    sandbox.aws.disarm_faults()
 
-        # Given now EC2 denying the sweeper (a service control policy) and Auto Scaling still throttling it,
-        # and a node this stack annotated for a lifecycle that is over (its record gone: finished, expired)
-        sandbox.aws.arm_faults(
-            faults=[
-                Fault("asg", "aws-throttle", target="autoscaling.*"),
-                Fault("ec2", "aws-denied", target="ec2.*"),
-            ],
-            seed=2,
-            callers=[sweeper],
-        )
-        (instance,) = sandbox.asg.in_state("InService")
-        node = node_of(sandbox, instance)
-        progress = {"instance": instance, "transition": "terminate", "token": "t-over", "started": "x"}
-        annotations = {OWNER_ANNOTATION: OWNER, IN_PROGRESS_ANNOTATION: json.dumps(progress)}
-        admin = core_api(sandbox)
-        admin.patch_node(node, {"metadata": {"annotations": annotations}})
-        before = time.time()  # (a sweep begun before the annotations were written does not judge them)
 
-        def annotated() -> bool:
-            metadata = admin.read_node(node).metadata
-            found = (metadata.annotations if metadata is not None else None) or {}
-            return OWNER_ANNOTATION in found or IN_PROGRESS_ANNOTATION in found
+def test_a_service_that_denies_or_throttles_the_sweeper_stops_only_the_parts_that_need_it(
+    sandbox: Sandbox,
+) -> None:
+    sweeper = sandbox.runner.access_key("SweeperFunction")
 
-        # When the sweeps run, Then the annotations are kept while Auto Scaling does not answer: a lifecycle missing
-        # from this stack's records is another stack's drain when its instance lives in a group this stack does not
-        # manage (a shared owner id: domain/sweep/shared_owner.py), which only Auto Scaling (or EC2) tells; cleared,
-        # that drain's node would lose its marks mid-drain. The sweeps fail naming the part.
-        ended = wait_for(lambda: sweeps_after(sandbox, before), 60, "a sweep that ended")
-        assert all(not ok and "annotations" in error for ok, error in ended), ended
-        assert annotated()
+    # Given Auto Scaling throttling the sweeper (the orphans' listing, past botocore's retries) and DynamoDB
+    # denying it (a key policy changed: no open lifecycle listed, no record read), and an address of this
+    # stack left unassociated for an hour
+    before = time.time()
+    sandbox.aws.arm_faults(
+        faults=[
+            Fault("asg", "aws-throttle", target="autoscaling.*"),
+            Fault("ddb", "aws-denied", target="dynamodb.*"),
+        ],
+        seed=1,
+        callers=[sweeper],
+    )
+    dangling = dangling_address(sandbox)
 
-        # When Auto Scaling answers again (EC2 still denying the sweeper), Then they are cleared: the instance is in
-        # this stack's group
-        before = time.time()
-        sandbox.aws.arm_faults(faults=[Fault("ec2", "aws-denied", target="ec2.*")], seed=3, callers=[sweeper])
-        wait_for(lambda: not annotated(), 90, "the leftover annotations cleared")
-        ended = wait_for(lambda: sweeps_after(sandbox, before), 60, "a sweep that ended")
-        assert all("annotations" not in error for _, error in ended), ended
-        sandbox.aws.disarm_faults()
+    # When the sweeps run, Then the address is released all the same
+    wait_for(lambda: dangling not in allocations(sandbox), 90, "the dangling address's release")
+    # and the sweeps that ended meanwhile failed, naming the parts that could not run, not the address part
+    ended = wait_for(lambda: sweeps_after(sandbox, before), 60, "a sweep that ended")
+    assert all(not ok for ok, _ in ended), ended
+    assert all("orphans" in error and "addresses" not in error for _, error in ended), ended
+
+    # Given now EC2 denying the sweeper (a service control policy) and Auto Scaling still throttling it,
+    # and a node this stack annotated for a lifecycle that is over (its record gone: finished, expired)
+    sandbox.aws.arm_faults(
+        faults=[
+            Fault("asg", "aws-throttle", target="autoscaling.*"),
+            Fault("ec2", "aws-denied", target="ec2.*"),
+        ],
+        seed=2,
+        callers=[sweeper],
+    )
+    instance = sorted(sandbox.asg.in_state("InService"))[0]
+    node = node_of(sandbox, instance)
+    progress = {"instance": instance, "transition": "terminate", "token": "t-over", "started": "x"}
+    annotations = {OWNER_ANNOTATION: OWNER, IN_PROGRESS_ANNOTATION: json.dumps(progress)}
+    admin = core_api(sandbox)
+    admin.patch_node(node, {"metadata": {"annotations": annotations}})
+    before = time.time()  # (a sweep begun before the annotations were written does not judge them)
+
+    def annotated() -> bool:
+        metadata = admin.read_node(node).metadata
+        found = (metadata.annotations if metadata is not None else None) or {}
+        return OWNER_ANNOTATION in found or IN_PROGRESS_ANNOTATION in found
+
+    # When the sweeps run, Then the annotations are kept while Auto Scaling does not answer: a lifecycle missing
+    # from this stack's records is another stack's drain when its instance lives in a group this stack does not
+    # manage (a shared owner id: domain/sweep/shared_owner.py), which only Auto Scaling (or EC2) tells; cleared,
+    # that drain's node would lose its marks mid-drain. The sweeps fail naming the part.
+    ended = wait_for(lambda: sweeps_after(sandbox, before), 60, "a sweep that ended")
+    assert all(not ok and "annotations" in error for ok, error in ended), ended
+    assert annotated()
+
+    # When Auto Scaling answers again (EC2 still denying the sweeper), Then they are cleared: the instance is in
+    # this stack's group
+    before = time.time()
+    sandbox.aws.arm_faults(faults=[Fault("ec2", "aws-denied", target="ec2.*")], seed=3, callers=[sweeper])
+    wait_for(lambda: not annotated(), 90, "the leftover annotations cleared")
+    ended = wait_for(lambda: sweeps_after(sandbox, before), 60, "a sweep that ended")
+    assert all("annotations" not in error for _, error in ended), ended
+    sandbox.aws.disarm_faults()
 
 
 def held_addresses(sandbox: Sandbox) -> dict[str, str]:
@@ -124,47 +148,41 @@ def held_addresses(sandbox: Sandbox) -> dict[str, str]:
     return {a["AllocationId"]: a["InstanceId"] for a in found["Addresses"] if a.get("InstanceId")}
 
 
-def test_sweeps_under_random_aws_faults_never_release_an_address_of_a_live_instance() -> None:
+def test_sweeps_under_random_aws_faults_never_release_an_address_of_a_live_instance(sandbox: Sandbox) -> None:
     # Given two instances in service, each with the address its launch allocated and associated (EipMode
     # allocate), and an address of this stack left unassociated for an hour
-    with running(
-        parameters={"EipMode": "allocate"},
-        settings=SETTINGS,
-        schedule_interval=2.0,
-        size=2,
-    ) as sandbox:
-        in_service = set(sandbox.asg.in_state("InService"))
+    in_service = set(sandbox.asg.in_state("InService"))
 
-        def launches_held() -> dict[str, str] | None:
-            found = held_addresses(sandbox)
-            return found if set(found.values()) == in_service else None
+    def launches_held() -> dict[str, str] | None:
+        found = held_addresses(sandbox)
+        return found if set(found.values()) == in_service else None
 
-        held = wait_for(launches_held, 60, "the launches' addresses")
-        dangling = dangling_address(sandbox)
+    held = wait_for(launches_held, 60, "the launches' addresses")
+    dangling = dangling_address(sandbox)
 
-        # When the sweeps run while AWS throttles, fails and denies the sweeper's calls at random (EC2's
-        # DescribeInstances denied half the time: the addresses' instances not told)
-        before = time.time()
-        sandbox.aws.arm_faults(
-            faults=[
-                Fault("deny-states", "aws-denied", target="ec2.DescribeInstances", probability=0.5),
-                Fault("ec2-throttle", "aws-throttle", target="ec2.*", probability=0.3),
-                Fault("ec2-error", "aws-error", target="ec2.*", probability=0.2),
-                Fault("asg-throttle", "aws-throttle", target="autoscaling.*", probability=0.3),
-                Fault("ddb-error", "aws-error", target="dynamodb.*", probability=0.2),
-            ],
-            seed=38,
-            callers=[sandbox.runner.access_key("SweeperFunction")],
-        )
-        try:
-            wait_for(lambda: len(sweeps_after(sandbox, before)) >= 6, 120, "six sweeps under faults")
-            fired = {firing.fault for firing in sandbox.aws.fault_firings()}
-        finally:
-            sandbox.aws.disarm_faults()
+    # When the sweeps run while AWS throttles, fails and denies the sweeper's calls at random (EC2's
+    # DescribeInstances denied half the time: the addresses' instances not told)
+    before = time.time()
+    sandbox.aws.arm_faults(
+        faults=[
+            Fault("deny-states", "aws-denied", target="ec2.DescribeInstances", probability=0.5),
+            Fault("ec2-throttle", "aws-throttle", target="ec2.*", probability=0.3),
+            Fault("ec2-error", "aws-error", target="ec2.*", probability=0.2),
+            Fault("asg-throttle", "aws-throttle", target="autoscaling.*", probability=0.3),
+            Fault("ddb-error", "aws-error", target="dynamodb.*", probability=0.2),
+        ],
+        seed=38,
+        callers=[sandbox.runner.access_key("SweeperFunction")],
+    )
+    try:
+        wait_for(lambda: len(sweeps_after(sandbox, before)) >= 6, 120, "six sweeps under faults")
+        fired = {firing.fault for firing in sandbox.aws.fault_firings()}
+    finally:
+        sandbox.aws.disarm_faults()
 
-        # Then the faults fired, and every address stayed on its live instance (invariant 4)
-        assert {"deny-states", "ec2-throttle"} <= fired, fired
-        assert held_addresses(sandbox) == held
-        # and once they end, the dangling address is released
-        wait_for(lambda: dangling not in allocations(sandbox), 60, "the dangling address's release")
-        assert held_addresses(sandbox) == held
+    # Then the faults fired, and every address stayed on its live instance (invariant 4)
+    assert {"deny-states", "ec2-throttle"} <= fired, fired
+    assert held_addresses(sandbox) == held
+    # and once they end, the dangling address is released
+    wait_for(lambda: dangling not in allocations(sandbox), 60, "the dangling address's release")
+    assert held_addresses(sandbox) == held
