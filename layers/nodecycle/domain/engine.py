@@ -471,11 +471,22 @@ class StepEngine:
     def _send_kept_waiter(self) -> None:
         """This invocation goes on with its own lifecycle's next step: a waiter kept to run after the step that
         woke it is sent its wake-up now, for the wake lane to run meanwhile, rather than wait behind those
-        steps (a cordon, an eviction pass: seconds) with its slot idle."""
+        steps (a cordon, an eviction pass: seconds) with its slot idle. One SQS refuses (throttled past the client's
+        retries, a 5xx) stays kept, and runs here after those steps: dropped, its slot stood idle until the waiter's
+        own retry (up to RETRY_IN_LINE_FACTOR x BudgetRetrySeconds), while this invocation was alive to run it."""
         hand_over = hand_over_now.get()
-        if hand_over is not None and hand_over.waiter is not None:
-            waiting, hand_over.waiter = hand_over.waiter, None
-            self._send_wake_or_leave(waiting)
+        if hand_over is None or hand_over.waiter is None:
+            return
+        try:
+            self._dispatch.send_wake(hand_over.waiter)
+        except TransientError as error:
+            log.warning(
+                "could not wake %s now: it runs here after this lifecycle's steps (or is sent again then): %s",
+                hand_over.waiter.id,
+                error,
+            )
+            return
+        hand_over.waiter = None
 
     # -- lost messages ----------------------------------------------------------------------------------
 

@@ -558,3 +558,42 @@ def test_the_mark_of_a_kept_waiter_is_gone_at_the_next_commit_that_keeps_none() 
     polled = world.records.get(HOLDER)
     assert polled is not None
     assert HANDED_OVER not in polled.extra
+
+
+def test_a_kept_waiter_whose_wake_up_sqs_refuses_still_runs_after_the_freeing_lifecycle_s_next_steps() -> (
+    None
+):
+    # Given a drain's poll whose renewal removed an expired holder, passing its slot on to a waiter it keeps, and
+    # whose drain is over (its next step, the completion, runs in the same invocation); and SQS refusing the
+    # waiter's wake-up (throttled past the client's retries, a 5xx), as the adapter raises it
+    world = World()
+    world.records.create(make_record(PLAN, Step.EVICT))
+    world.records.create(waiting(WAITERS[0]))
+    original = world.queues.send
+
+    def send(worker: Worker, message: WorkMessage, delay_seconds: int = 0) -> None:
+        if message.wake:
+            raise TransientError("sending work to the wake queue: throttled")
+        original(worker, message, delay_seconds)
+
+    world.queues.send = send  # type: ignore[method-assign]
+    acquire, cordon = Script([Outcome.next()]), Script([Outcome.wait(5)])
+    poll = releasing(world, waking=WAITERS[:1], outcome=Outcome.next())
+    engine = world.engine(
+        {
+            Step.EVICT: poll,
+            Step.COMPLETE: Script([Outcome.wait(5)]),
+            Step.ACQUIRE_SLOT: acquire,
+            Step.CORDON: cordon,
+        }
+    )
+
+    # When the poll runs, and the invocation goes on with its lifecycle's completion
+    engine.handle(world.message(HOLDER))
+
+    # Then the waiter, whose wake-up could not be sent before the completion, still ran in this invocation once
+    # the completion was done: not left with its slot idle until its own retry (up to 4 x BudgetRetrySeconds)
+    first = world.records.get(WAITERS[0])
+    assert first is not None
+    assert (first.step, len(acquire.runs)) == (Step.CORDON, 1), "the kept waiter was dropped with its wake-up"
+    assert world.metrics.counts.get("SlotsHandedOver") == 1
