@@ -11,7 +11,8 @@ What the machine proves, after every step:
   record ids a release returns are granted when woken;
 - each acquire and renewal wakes exactly its owner's waiters that take the room its write added (made
   eligible by it, at most as many as the waiters eligible now less those eligible before, still waiting and
-  still fitting on their own),
+  still fitting on their own), and, when its write changed the line, its owner's waiters that own their room and
+  still wait (made eligible by another owner's write, which could not wake them),
   judged against the document its committed attempt read (after a lost race, the winner's);
 - after every waiter retried in turn, no waiter is left waiting while it would fit (no idle slot).
 """
@@ -68,6 +69,19 @@ def request(node: str, lifecycle: int, owner: str | None = None) -> SlotRequest:
         zone=zone,
         owner=owner or node_owner,
         record_id=f"rec-{node}-{lifecycle}",
+    )
+
+
+def _same_line(a: BudgetDocument, b: BudgetDocument) -> bool:
+    """Whether ``b`` (a write's document, its slots passed on turned back into places in line) replays as ``a`` (the
+    document it read) at any time: the same waiters, marks, holders' nodes and owners' limits (a write that renewed a
+    holder only, or none at all)."""
+    return (
+        a.waiters == b.waiters
+        and a.released == b.released
+        and [(h.node, h.zone) for h in a.holders] == [(h.node, h.zone) for h in b.holders]
+        and {o: (lim.resolved, lim.unavailable) for o, lim in a.limits.items()}
+        == {o: (lim.resolved, lim.unavailable) for o, lim in b.limits.items()}
     )
 
 
@@ -336,7 +350,13 @@ class BudgetMachine(RuleBasedStateMachine):
             owned = set(self.replay([w for w in self.live_waiters(doc) if w[0] in owned], doc=doc))
         rooms = len(eligible) - len(owned)
         fresh = [n for n in eligible if n not in before][: max(0, rooms)]
-        woken = tuple(self.record(n) for n in fresh if NODES[n][0] == owner)
+        # and the owner's waiters that own their room and still wait (another owner's write made them eligible, and
+        # could not wake them), unless the write left the line as it was (no replay: a holder's renewal) or wrote
+        # nothing
+        unwoken = set() if _same_line(prior, doc) else owned & set(eligible)
+        woken = tuple(
+            self.record(n) for n in eligible if (n in fresh or n in unwoken) and NODES[n][0] == owner
+        )
         assert {node_of(r) for r in woken} == passed, "a write passes on the slots of the waiters it wakes"
         return woken
 

@@ -1418,3 +1418,26 @@ def test_an_urgent_node_of_unknown_zone_goes_once_the_holders_it_waits_for_are_g
 
     # Then it goes as soon as the three holders it waited for are gone: no newcomer took a zone it needed
     assert granted_at == 3
+
+
+def test_a_waiter_another_stacks_release_made_eligible_is_passed_its_slot_at_its_own_stacks_next_write(
+    make_budget: BudgetFactory, clock: FakeClock
+) -> None:
+    # Given a budget of 1 shared by green, holding g0, and blue, whose b1 waits first in line
+    green, blue = make_budget("1", None, owner="green"), make_budget("1", None)
+    assert green.acquire(slot("g0", owner="green")).granted
+    assert not blue.acquire(slot("b1")).granted
+
+    # When green gives g0 back: green cannot reach blue's queue, so it wakes nobody, and the slot stays free for b1
+    clock.advance(5)
+    assert green.release("g0", "rec-g0") == []
+
+    # and blue writes next (its newcomer b2 joins the line), before b1's own retry (up to 4 x 30 s later)
+    clock.advance(1)
+    decision = blue.acquire(slot("b2"))
+
+    # Then that write passes the slot on to b1 and wakes it, as blue's own release would have: nothing else did,
+    # and the slot stood idle until b1's retry
+    assert not decision.granted
+    assert decision.wake == ("rec-b1",)
+    assert blue.acquire(slot("b1")).reason is SlotReason.HELD

@@ -10,7 +10,9 @@ not a drain over: see :mod:`nodecycle.domain.sweep.budget_entries`).
 **Passing slots on.** A write that makes waiters of its own owner eligible (a release, the removal of expired
 entries, the sweeper's) grants them their slots itself, in the replay's order (:func:`pass_on`), and wakes
 them: the woken lifecycle finds its slot held, and cordons without writing. Another owner's waiter is never
-granted by this one: its slot stays free for it, and it takes it at its own retry.
+granted by this one: its slot stays free for it, and it takes it at its own retry, or at its own owner's next
+write that replays the line, which passes it its slot and wakes it (that owner's waiters that own their room and
+still wait were woken by nobody: see ``DisruptionBudget._newly_eligible``).
 
 **What takes a slot.** The *occupancy* an owner sees is: every live holder, of every owner, in scope or not;
 plus, when that owner counts unavailable nodes, the nodes in its scope that are unschedulable or NotReady,

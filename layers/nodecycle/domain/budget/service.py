@@ -530,11 +530,18 @@ class DisruptionBudget:
         woke them under) were woken by that writer, their wake-up perhaps still queued, or take their room at
         their own retry: the room of those still waiting is theirs. The room added is the waiters eligible
         now less those; it goes, in the replay's order, to the waiters eligible now and not as stored, of
-        every owner (another owner's takes it at its own retry). Without that bound, a newcomer's ask, which
+        every owner (another owner's takes it at its own retry, or at its owner's next write). Without that bound,
+        a newcomer's ask, which
         frees nothing, woke a waiter whenever it changed the zone with the most waiters left and so who is
         first in line: in a burst of 500 asks, 7 wake-ups per slot freed, one waiter woken again and again,
         most of them finding it gone on. (Waking every eligible waiter on every release did the same at 300
         nodes: a dozen wake-ups per hand-over, flooding the drain queue that carries them.)
+
+        This owner's waiters among those still waiting and eligible are woken too (their slots passed on): no
+        writer woke them. A write of this owner that makes one eligible passes it its slot (a holder then, no
+        longer waiting), so one that owns its room as stored was made eligible by another owner's write (its
+        release), which cannot reach this stack's queue. Each is passed its slot once: woken again and again it
+        cannot be.
 
         ``eligible``: the waiters eligible in ``after`` under ``limits``, when the caller replayed it already."""
         now = self._clock.now()
@@ -559,7 +566,13 @@ class DisruptionBudget:
             owned = _entries(rules.eligible_waiters(alone, now))
         rooms = len(eligible) - len(owned)
         fresh = [w for w in eligible if (w.node, w.record_id) not in before][: max(0, rooms)]
-        return [w.record_id for w in fresh if w.owner == self._owner]
+        # This owner's waiters that own their room and still wait were woken by no writer: a write of this owner that
+        # makes one eligible passes it its slot in that write (it holds then, it waits no more). Another owner's write
+        # made them eligible (its release), and that owner cannot reach this stack's queue: passed their slots and
+        # woken by this write, they take them now, not at their own retry (up to RETRY_IN_LINE_FACTOR x
+        # BudgetRetrySeconds later), the slot idle meanwhile.
+        woken = _entries(fresh) | (owned & _entries(eligible))
+        return [w.record_id for w in eligible if w.owner == self._owner and (w.node, w.record_id) in woken]
 
     def _pass_on(
         self,
