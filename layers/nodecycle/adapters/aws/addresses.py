@@ -235,16 +235,30 @@ class Ec2Addresses:
 
     def _association_side_gone(self, allocation_id: str, instance_id: str) -> _Gone:
         """(AssociateAddress) The address gone, or the instance: the template grants the call on instances of the
-        managed groups only (by their group's tag), which one EC2 no longer has (or does not have yet) is not."""
-        address_gone = self._allocation_gone(allocation_id)
+        managed groups only (by their group's tag), which one EC2 no longer has (or does not have yet) is not.
 
-        def gone() -> type[AddressError] | None:
-            found = address_gone()
-            if found is not None:
-                return found
+        Or the instance refused for its own sake: the template grants the instance side on no instance tagged
+        ``nodecycle:owner`` for another owner than the address's (EC2 authorizes AssociateAddress on the address and
+        the instance alike, and answers a denial on either UnauthorizedOperation: only the resources tell them
+        apart, never the message, which names the resource only in newer answers). Told as the address's refusal,
+        a pool launch would go on past each address of its pool, telling each refused to the pool's line."""
+
+        def gone() -> AddressError | type[AddressError] | None:
+            try:
+                with transient_errors("describing an Elastic IP"):
+                    found = self._ec2().describe_addresses(AllocationIds=[allocation_id])
+            except ClientError as error:
+                if error_code(error) == _NOT_FOUND:
+                    return AddressNotFound
+                raise
+            listed = found.get("Addresses") or []
+            if not listed:
+                return AddressNotFound
             with transient_errors("describing an instance"):
                 known = next(iter(Ec2Instances(self._ec2()).describe([instance_id])), None)
-            return InstanceUnavailable if known is None else None
+            if known is None:
+                return InstanceUnavailable
+            return _owned_by_another(_tags(listed[0]), instance_id, _tags(known))
 
         return gone
 
@@ -303,8 +317,26 @@ def _answers(errors: Mapping[str, type[AddressError]]) -> Iterator[None]:
         raise AddressRefused(str(error)) from error
 
 
-# What a refused call's resources are, asked once it is refused: the domain's NotFound of the one gone, or None
-_Gone = Callable[[], type[AddressError] | None]
+# What a refused call's resources are, asked once it is refused: the domain's NotFound of the one gone (or the
+# refusal it is, told by its resources: see _association_side_gone), or None
+_Gone = Callable[[], AddressError | type[AddressError] | None]
+
+
+def _owned_by_another(
+    address: Mapping[str, str], instance_id: str, tags: Mapping[str, str]
+) -> InstanceRefused | None:
+    """The instance's refusal when it carries the owner tag for another owner than the address's (this stack's: the
+    steps take only addresses of their owner); None otherwise (an address of another owner is refused for its own
+    sake, whatever the instance)."""
+    theirs = tags.get(OWNER_TAG)
+    ours = address.get(OWNER_TAG)
+    if theirs is None or ours is None or theirs == ours:
+        return None
+    return InstanceRefused(
+        f"the role is refused the association on instance {instance_id} (UnauthorizedOperation): it is tagged "
+        f"{OWNER_TAG}={theirs}, not {ours}'s, and this stack may associate no address with it (retag it "
+        f"{OWNER_TAG}={ours} if it is this stack's)"
+    )
 
 
 @contextmanager
@@ -328,6 +360,8 @@ def _unless_gone(gone: _Gone) -> Iterator[None]:
         yield
     except AccessRefused as error:
         missing = AddressNotFound if answer_lost(error.__cause__) else gone()
+        if isinstance(missing, AddressError):
+            raise missing from error.__cause__
         if missing is not None:
             raise missing(str(error)) from error.__cause__
         raise
@@ -343,6 +377,10 @@ def _filter(name: str, value: str) -> FilterTypeDef:
     return {"Name": name, "Values": [value]}
 
 
+def _tags(item: Mapping[str, Any]) -> dict[str, str]:
+    return {tag["Key"]: tag.get("Value", "") for tag in item.get("Tags", [])}
+
+
 def _address(item: Mapping[str, Any]) -> Address:
     return Address(
         allocation_id=item["AllocationId"],
@@ -350,5 +388,5 @@ def _address(item: Mapping[str, Any]) -> Address:
         association_id=item.get("AssociationId") or None,
         instance_id=item.get("InstanceId") or None,
         interface_id=item.get("NetworkInterfaceId") or None,
-        tags={tag["Key"]: tag.get("Value", "") for tag in item.get("Tags", [])},
+        tags=_tags(item),
     )

@@ -1024,8 +1024,9 @@ class AssignAddress:
         except InstanceUnavailable:
             return self._instance_unavailable(record, now, scratch)
         except InstanceRefused:
-            # (the instance's refusal, whatever the address: no other is tried, nor is this one told refused to
-            # the pool's line, whose other launches EC2 may give it; asked again, then the policy decides)
+            # (the instance's refusal, whatever the address: a VPC without an internet gateway, an instance tagged
+            # for another owner. No other is tried, nor is this one told refused to the pool's line, whose other
+            # launches EC2 may give it; asked again, then the policy decides)
             raise
         except AddressRefused as error:
             if address.pool is None:

@@ -36,8 +36,9 @@ class AddressRefused(AddressError):
 
 class InstanceRefused(AddressRefused):
     """EC2 refused the association for the instance's sake, whatever the address: its VPC has no internet gateway
-    attached (``Gateway.NotAttached``). Every other address would be refused it the same, so none is tried for it,
-    and the address is not the one refused."""
+    attached (``Gateway.NotAttached``), or the role is refused the instance side (``UnauthorizedOperation``) of an
+    instance tagged ``nodecycle:owner`` for another owner. Every other address would be refused it the same, so
+    none is tried for it, and the address is not the one refused."""
 
 
 class AddressLocked(AddressRefused):
