@@ -541,3 +541,28 @@ def test_the_steps_between_a_slots_grant_and_its_cordons_first_try_are_allowed_u
     # nor is a first try with no grant before it, or an unrelated fault, counted
     other = [Firing(4, "f1", "kube-webhook-deny", "PATCH nodes other")]
     assert "slot-held" in _judged(_observation([granted], actions=[_terminate(T0 + 46)], firings=other))
+
+
+def test_a_slot_left_in_the_budget_after_its_action_completed_is_held_until_it_leaves() -> None:
+    # Given a node granted its slot at 2 s and cordoned at 3 s, its action completed at 20 s
+    held = [_budget_holding(T0 + 2, NODE), _node(T0 + 3, owner="chaos-a", cordoned=True)]
+
+    def judged(released: float, *firings: Firing) -> set[str]:
+        history = [*held, _budget_holding(released)]
+        return _judged(_observation(history, actions=[_terminate(T0 + 20)], firings=list(firings)))
+
+    # When its holder entry leaves the budget's document only at 150 s (the product left it to the sweeper's look
+    # at an expired holder): the slot stood idle 130 s past the drain's end, the other drains waiting for it
+    # (invariant 10 counts what the budget says is held, not what the drain thinks it holds)
+    assert "slot-held" in judged(T0 + 150)
+    # But released by the drain's cleanup a second after the completion, nothing is wrong
+    assert "slot-held" not in judged(T0 + 21)
+    # ...nor when the cleanup's read of the node failed and its tries went on for their 10 s before it gave the
+    # slot back (RELEASE_FAILING_FOR)
+    failed = Firing(21, "f1", "kube-error", f"GET nodes {NODE}")
+    assert "slot-held" not in judged(T0 + 50, failed)
+    # and a completion Auto Scaling refused for a while keeps its slot rightly until it goes through
+    refused = Firing(15, "t", "aws-throttle", "autoscaling.CompleteLifecycleAction i-1")
+    assert "slot-held" not in _judged(
+        _observation([*held, _budget_holding(T0 + 81)], actions=[_terminate(T0 + 80)], firings=[refused])
+    )

@@ -103,6 +103,11 @@ OUTAGE_RECOVERY = 5.0 + 2.0
 # force policy asks such a pod again at every poll until the force grace and its slack are over (the product's
 # FORCED_POD_SLACK: a pod still there then is given up on), not only for the margin.
 FORCED_DELETE_SLACK = 60.0
+# What a fault on the cleanup's requests costs a drain whose slot its cleanup gives back after the completion: a
+# read or PATCH of its node that failed is tried again at once for the product's RELEASE_FAILING_FOR (10 s) before
+# the release is given up on and the slot given back; a budget ConfigMap write that failed is tried again after
+# DRAIN_RETRY_CAP_SECONDS (5 s), rounded up with a redelivery (layers/nodecycle/domain/drain/cleanup.py).
+RELEASE_FAILING_COST = 10.0 + 5.0 + 5.0
 # The most a drain's deadline is capped before its action's global timeout (the product's tail: the force
 # grace, a stuck pod's margin of 60 s, 5 s for its looks (LOOK_SLACK), the load balancer delay, 0 here, and the
 # engine's settle margin, 34 s under the campaign's settings), rounded up: a later cap would call a forced delete early that was not.
@@ -689,7 +694,10 @@ def _slot_held(o: Observation) -> Iterator[Violation]:
     Scaling refuses. Retries of a refused completion (AWS throttling for minutes) keep the slot, rightly: the node
     stays cordoned until it goes. They are not the drain; invariants 2 and 11 judge them. (Not "until the pods are gone": a drain that failed to see them go would hide there.) A
     slot granted to a node whose cordon never lands (every PATCH refused) or lands late is held all the same:
-    the other drains wait for it."""
+    the other drains wait for it. A slot the budget's document still names once the action completed is held
+    until its holder entry leaves the document (the cleanup's release, or the sweeper's of an expired holder):
+    the time from the completion to that write counts too, not the time the completion was refused. The other
+    drains wait on what the document says, not on what the drain thinks it holds."""
     first_cordon: dict[str, float] = {}
     for entry in o.history:
         if entry.kind == "Node" and entry.unschedulable and entry.name not in first_cordon:
@@ -722,7 +730,17 @@ def _slot_held(o: Observation) -> Iterator[Violation]:
         else:
             continue
         ended = min(action.finished_at, asked.get(action.instance_id, action.finished_at))
-        held = ended - began
+        # (still named a holder once nodecycle completed the action: held until the write that no longer names it.
+        # An action Auto Scaling ended itself is "global-timeout"'s to judge, and its drain finds out later.)
+        completed = action.outcome == "completed"
+        released = _released_after(o, node, began, action.finished_at) if completed else action.finished_at
+        tail = max(0.0, released - action.finished_at)
+        held = ended - began + tail
+        if tail > 0.0 and _release_failed(o, node, action.finished_at, released):
+            excused_release = RELEASE_FAILING_COST
+        else:
+            excused_release = 0.0
+        ended = max(ended, released)
         excused = sum(cost for at, cost in held_up.get(action.instance_id, ()) if began <= at <= ended)
         if any(began <= at <= ended for at in deletes_failed.get(node, ())):
             excused += FORCED_DELETE_SLACK
@@ -733,6 +751,7 @@ def _slot_held(o: Observation) -> Iterator[Violation]:
         for begin, end in stalled.get(o.groups.get(action.group, ""), ()):
             if begin <= ended and end >= began:
                 excused += min(end, ended) - max(begin, began) + OUTAGE_RECOVERY
+        excused += excused_release
         before = _before_cordon(o, node, began, cordon)
         if held > limit + before + excused:
             dead = " (its kubelet was lost)" if o.lost_kubelet and o.lost_kubelet[0] == node else ""
@@ -745,11 +764,46 @@ def _slot_held(o: Observation) -> Iterator[Violation]:
             )
             if before:
                 late = f" + {before:.0f}s before its cordon{late}"
+            kept = f", its holder entry left the budget {tail:.0f}s after that" if tail else ""
             yield Violation(
                 "slot-held",
                 f"{node}{dead} held its slot {held:.0f}s (limit {limit:.0f}s{late}); its action was completed "
-                f"{finished:.0f}s after the {start}",
+                f"{finished:.0f}s after the {start}{kept}",
             )
+
+
+def _released_after(o: Observation, node: str, began: float, completed: float) -> float:
+    """When the budget's document, naming ``node`` among its holders at ``completed`` (its slot taken at or
+    after ``began``), was first written without it after that: the slot given back. ``completed`` itself when the
+    document did not name it then (given back before, or never held); the end of the history when it never left
+    (reported as unsettled by "repair" too, unless the history goes on)."""
+    holding = False
+    for entry in o.history:
+        if (doc := _budget_written(entry)) is None or entry.time < began - CLOCK_SLACK:
+            continue
+        named = node in {str(item.get("node")) for item in doc.get("holders", [])}
+        if entry.time <= completed:
+            holding = named
+        elif not holding:
+            return completed
+        elif not named:
+            return entry.time
+    if not holding:
+        return completed
+    return max(completed, max((entry.time for entry in o.history), default=completed))
+
+
+def _release_failed(o: Observation, node: str, completed: float, released: float) -> bool:
+    """Whether a fault failed or refused one of the cleanup's requests between the completion and the slot given
+    back: a read or PATCH of ``node``, a request of the budget ConfigMap (see RELEASE_FAILING_COST)."""
+    for firing in o.firings:
+        at = o.acting_at + firing.at
+        if firing.kind not in _NOT_DONE or not completed - CLOCK_SLACK <= at <= released:
+            continue
+        words = firing.detail.split()
+        if words[1:3] in (["nodes", node], ["configmaps", BUDGET[1]]):
+            return True
+    return False
 
 
 def _before_cordon(o: Observation, node: str, began: float, cordon: float | None) -> float:
