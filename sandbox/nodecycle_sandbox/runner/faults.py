@@ -37,6 +37,7 @@ In the worker process (:class:`WorkerFaults`): the directives of each invocation
 
 from __future__ import annotations
 
+import json
 import logging
 import os
 import re
@@ -181,6 +182,18 @@ class RunnerFaults(Injector):
         )
         client.delete_message(QueueUrl=queue_url, ReceiptHandle=message["ReceiptHandle"])
         log.info("%s late %s by %ds as %s", queue, message["MessageId"], seconds, again["MessageId"])
+
+
+def record_of(message: MessageTypeDef) -> str:
+    """What ``message`` is for, for the deliveries log: the lifecycle record its body names (a work message's
+    ``record``), or else the instances it is about (a hook notification's, an event's); "" when it names none."""
+    try:
+        body = json.loads(message.get("Body", ""))
+    except ValueError:
+        body = None
+    if isinstance(body, dict) and isinstance(body.get("record"), str):
+        return str(body["record"])
+    return _about(message)
 
 
 def _about(message: MessageTypeDef) -> str:

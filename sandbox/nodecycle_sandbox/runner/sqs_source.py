@@ -17,7 +17,8 @@ mapping disabled in Lambda nothing, from the moment it is disabled (an operator'
 stays.
 
 Each message's way through the mapping goes to the ``deliveries`` log: received (how many times, how long
-after it was sent), throttled, dropped, late or reordered by a fault, and the invocation that had it (how long it
+after it was sent, and what for: the lifecycle record a work message names, or the instances a notification is
+about), throttled, dropped, late or reordered by a fault, and the invocation that had it (how long it
 took, whether it failed it). With it a scenario's log tells a slow sandbox from a slow product.
 """
 
@@ -32,7 +33,7 @@ from typing import TYPE_CHECKING, Any
 
 from nodecycle_sandbox.mapping_polls import END_POLLS_HEADER, MAPPING_HEADER, POLLER_HEADER
 from nodecycle_sandbox.runner.concurrency import THROTTLE_TIME_SCALE, throttle_backoff
-from nodecycle_sandbox.runner.faults import RunnerFaults
+from nodecycle_sandbox.runner.faults import RunnerFaults, record_of
 from nodecycle_sandbox.runner.functions import FunctionSpec, SqsTrigger
 from nodecycle_sandbox.runner.invokers import InvocationResult
 from nodecycle_sandbox.runner.journal import Invocation, Journal, Throttle
@@ -326,12 +327,14 @@ class SqsEventSource:
         for message in messages:
             attributes = message.get("Attributes") or {}
             sent = int(attributes.get("SentTimestamp", 0)) / 1000
+            about = record_of(message)
             self._deliveries.info(
-                "%s received %s receives=%s age=%.1fs",
+                "%s received %s receives=%s age=%.1fs%s",
                 self._trigger.queue.logical_id,
                 message["MessageId"],
                 attributes.get("ApproximateReceiveCount", "?"),
                 now - sent if sent else float("nan"),
+                f" for {about}" if about else "",
             )
 
     def _receive(self, client: SQSClient, failures: _PollFailures) -> tuple[list[MessageTypeDef], float]:

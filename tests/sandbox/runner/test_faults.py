@@ -251,6 +251,8 @@ def test_a_message_that_comes_late_again_and_again_is_not_dead_lettered_for_it(
     log = (tmp_path / "logs" / "deliveries-t.log").read_text()
     assert log.count("Work late ") == 3
     assert log.count("Work received ") == 4
+    # ...each receive naming the lifecycle record the message is for (its body's "record")
+    assert log.count(" for i-0123456789abcdef0/terminate/t") == 4
     assert f"Work invoked Worker with {handled.event['Records'][0]['messageId']} in " in log
 
 
