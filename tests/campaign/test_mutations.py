@@ -131,6 +131,48 @@ def test_a_product_whose_sweeper_never_heartbeats_is_caught_when_its_work_queue_
     assert "global-timeout" in found, found
 
 
+@pytest.mark.slow
+def test_a_product_whose_drain_waits_past_its_timeout_is_caught_holding_its_slot() -> None:
+    # Given a copy of the product whose drain waits three times DrainTimeoutSeconds (60 s, not 20) before its
+    # timeout policy applies (invariant 10: no drain holds a slot past its timeout + force grace + a margin)
+    mutation = next(m for m in MUTATIONS if m.name == "drain-timeout-tripled")
+    # ...and the smallest story where a drain reaches its timeout: one node terminated, every eviction of its pods
+    # refused by a validating webhook (the campaign draws kube-webhook-deny on POST pods/eviction), so that only the
+    # force policy empties it. Drawn scenarios reach a drain's timeout seldom (three of them missed a tripled
+    # timeout), and a lost kubelet does not: the drain completes once its pods are left terminating on a node
+    # not ready ("drained; 2 pods left terminating (node not ready)", 11 s in, unmutated).
+    refused = Fault("f1", "kube-webhook-deny", "POST pods/eviction", 1.0)
+    scenario = Scenario(
+        seed=0,
+        index=0,
+        kind="terminate",
+        stacks=("a",),
+        size=1,
+        keep=1,
+        terminate=1,
+        min_healthy=0,
+        replicas=2,
+        shutdown=0.3,
+        lost_kubelet_at=None,
+        sweeps=(),
+        faults=(refused,),
+        node_removal=3.0,
+        pod_gc_quarantine=2.0,
+    )
+
+    # When it runs on the mutated product
+    with (
+        mutated_layer(ROOT, mutation) as layer,
+        world.World(root=ROOT, layer_dir=layer, warm_up=False) as mutated,
+    ):
+        observation = mutated.run(scenario)
+
+    # Then the node held its slot past the drain timeout + force grace + margin (20 + 2 + 20 s), and the campaign
+    # says so
+    found = {v.invariant for v in invariants.check(observation)}
+    assert "slot-held" in found, found
+
+
 _SEED_WORKLOADS = world.ScenarioRun._seed_workloads
 
 

@@ -93,6 +93,13 @@ MUTATIONS = (
         "        if True:  # MUTATION: the sweeper's keep-alive heartbeat skipped\n            return record\n",
     ),
     Mutation(
+        "drain-timeout-tripled",
+        "the drain waits three times its DrainTimeoutSeconds before its timeout policy applies: its slot held as long",
+        "nodecycle/wiring/common.py",
+        "        timeout=timedelta(seconds=settings.drain_timeout_seconds),\n",
+        "        timeout=timedelta(seconds=3 * settings.drain_timeout_seconds),  # MUTATION: drain timeout tripled\n",
+    ),
+    Mutation(
         "confirm-skipped",
         "the engine takes every action it is told of for active: Auto Scaling is not asked",
         "nodecycle/adapters/aws/autoscaling.py",
