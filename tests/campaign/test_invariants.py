@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 from dataclasses import replace
+from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -566,3 +567,68 @@ def test_a_slot_left_in_the_budget_after_its_action_completed_is_held_until_it_l
     assert "slot-held" not in _judged(
         _observation([*held, _budget_holding(T0 + 81)], actions=[_terminate(T0 + 80)], firings=[refused])
     )
+
+
+def _as(entry: HistoryEntry, stack: str, function: str = "DrainFunction") -> HistoryEntry:
+    """``entry`` as an API write requested by ``stack``'s function (the user its assumed role maps to)."""
+    role = f"{stack}-{function}Role"
+    return replace(
+        entry, source="api", user=f"arn:aws:sts::123456789012:assumed-role/{role}/{stack}-{function}"
+    )
+
+
+def _entry(node: str, owner: str, renewed: float, instance: str = "i-1") -> dict[str, Any]:
+    stamp = datetime.fromtimestamp(renewed, UTC).isoformat().replace("+00:00", "Z")
+    return {"node": node, "owner": owner, "instanceId": instance, "renewedAt": stamp, "ttlSeconds": 200}
+
+
+def _budget_of(at: float, holders: list[dict[str, Any]], waiters: list[dict[str, Any]] = []) -> HistoryEntry:  # noqa: B006
+    obj = {"kind": "ConfigMap", "data": {BUDGET[2]: json.dumps({"holders": holders, "waiters": waiters})}}
+    return HistoryEntry(0, at, "update", "configmaps", BUDGET[0], BUDGET[1], "api", False, obj)
+
+
+STACKS_OF = {"chaos-a": "chaos-a", "chaos-b": "chaos-b"}
+
+
+def test_a_write_of_one_stack_to_another_owners_node_is_a_violation_whoever_it_claims_for() -> None:
+    # Given chaos-a's node (group g), cordoned at 2 s, its claim chaos-a's, by a request of chaos-b's drain function
+    # (a wrong-owner message taken in: the write names no other owner, and the annotation judge sees none)
+    cordon = _node(T0 + 2, owner="chaos-a", cordoned=True)
+    assert "ownership" in _judged(_observation([_as(cordon, "chaos-b")], stacks=STACKS_OF))
+    # ...and a pod on it evicted by chaos-b's
+    evicted = replace(_pod(T0 + 3, "web-1"), verb="create", resource="pods/eviction")
+    assert "ownership" in _judged(
+        _observation([_pod(T0, "web-1"), _as(evicted, "chaos-b", "SweeperFunction")], stacks=STACKS_OF)
+    )
+    # But written by chaos-a's own functions, or by the sandbox, nothing is wrong
+    assert "ownership" not in _judged(_observation([_as(cordon, "chaos-a")], stacks=STACKS_OF))
+    assert "ownership" not in _judged(
+        _observation([_pod(T0, "web-1"), _as(evicted, "chaos-a")], stacks=STACKS_OF)
+    )
+
+
+def test_a_budget_write_of_one_stack_that_frees_grants_or_renews_another_owners_entry_is_a_violation() -> (
+    None
+):
+    # Given chaos-a's holder of i-1's node, renewed at 1 s (TTL 200 s), and chaos-a's waiter of another node
+    held = _entry(NODE, "chaos-a", T0 + 1)
+    waiting = _entry("n2", "chaos-a", T0 + 1, instance="i-2")
+    before = _budget_of(T0 + 1, [held], [waiting])
+
+    def judged(after: HistoryEntry) -> set[str]:
+        return _judged(_observation([before, after], stacks=STACKS_OF))
+
+    # When chaos-b's write drops the holder while it is live (rules.py: another owner's entry is removed only once it
+    # has expired), grants chaos-a's waiter (it is never granted by another owner), or renews chaos-a's holder
+    assert "ownership" in judged(_as(_budget_of(T0 + 5, [], [waiting]), "chaos-b"))
+    assert "ownership" in judged(_as(_budget_of(T0 + 5, [held, waiting], []), "chaos-b"))
+    assert "ownership" in judged(
+        _as(_budget_of(T0 + 5, [_entry(NODE, "chaos-a", T0 + 5)], [waiting]), "chaos-b")
+    )
+    # But chaos-b's write that leaves them as they are, or removes the holder once it expired (201 s after its
+    # renewal), and chaos-a's own release, are no violation
+    assert "ownership" not in judged(
+        _as(_budget_of(T0 + 5, [held, _entry("n3", "chaos-b", T0 + 5, instance="i-3")], [waiting]), "chaos-b")
+    )
+    assert "ownership" not in judged(_as(_budget_of(T0 + 202, [], [waiting]), "chaos-b"))
+    assert "ownership" not in judged(_as(_budget_of(T0 + 5, [], [waiting]), "chaos-a"))

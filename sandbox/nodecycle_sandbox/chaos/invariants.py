@@ -9,6 +9,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterator
 from dataclasses import dataclass
+from datetime import datetime
 from typing import Any
 
 from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING, ActionRecord
@@ -46,7 +47,7 @@ INVARIANTS = {
     "confirmed": "nothing is cordoned or evicted for a node whose instance's terminate action has not begun, or has ended (6, 8)",
     "drain": "no terminate action is completed while its node still has evictable pods, unless the outcome says why, and in time for what it says (2)",
     "global-timeout": "every accepted action is completed by nodecycle before its global timeout (2, 11)",
-    "ownership": "no owner touches another's node or budget entry, nor frees a node under its drain (3)",
+    "ownership": "no owner touches another's node or budget entry, by what it writes or by who writes it, nor frees a node under its drain (3, 12)",
     "addresses": "no address leaked (one AWS locked: once unlocked), stolen, released while in use, or two on one instance (4)",
     "repair": "everything settles: nothing left half done at quiescence, after the sweepers ran (5)",
     "pdb": "no eviction takes a PodDisruptionBudget below its floor",
@@ -143,6 +144,7 @@ def check(observation: Observation) -> list[Violation]:
         _drain,
         _global_timeout,
         _ownership,
+        _writers,
         _addresses,
         _repair,
         _pdb,
@@ -429,6 +431,110 @@ def _ownership(o: Observation) -> Iterator[Violation]:
                             "ownership",
                             f"budget {kind[:-1]} of {item.get('node')} ({o.groups[group]}'s) owned by {item.get('owner')}",
                         )
+
+
+def _writers(o: Observation) -> Iterator[Violation]:
+    """Invariant 3 (and 12's "each function acts only on what its owner holds"), judged on who made each API write
+    (the user the API server authenticated: a function's assumed-role session, its role named after its stack):
+    a stack's write of another owner's node, an eviction or delete of a pod on such a node, and a write of the
+    budget's document that changes another owner's entries where rules.py lets it not: a holder or waiter of that
+    owner added (another owner's waiter is never granted by this one) or renewed, or removed before it expired
+    (every writer removes the expired entries of every owner; a live one only its owner). Whatever the write claims
+    to be for: a write that names no owner, or the right one, is judged by who asked for it."""
+    if not o.stacks:
+        return
+    owner_of_node = {i.node_name: o.groups[i.group] for i in o.instances if i.group in o.groups}
+    skew = max(
+        (abs(f.value or 0.0) for f in o.scenario.faults if f.kind in ("clock-skew", "time-travel")),
+        default=0.0,
+    )
+    node_of_pod: dict[tuple[str, str], str] = {}
+    before: dict[tuple[str, str, str], dict[str, Any]] = {}  # (kind, node, owner) -> entry, as last written
+    told: set[str] = set()
+
+    def once(detail: str) -> Iterator[Violation]:
+        if detail not in told:
+            told.add(detail)
+            yield Violation("ownership", detail)
+
+    for entry in o.history:
+        if entry.kind == "Pod" and (node := (entry.object.get("spec") or {}).get("nodeName")):
+            node_of_pod[(entry.namespace, entry.name)] = node
+        doc = _budget_written(entry)
+        now = _budget_entries(doc) if doc is not None else None
+        writer = _owner_of_user(entry.user, o.stacks) if entry.source == API else None
+        if writer is not None:
+            touched: str | None = None
+            if entry.kind == "Node":
+                touched = entry.name
+            elif entry.kind == "Pod" and (entry.resource == "pods/eviction" or entry.verb == "delete"):
+                touched = node_of_pod.get((entry.namespace, entry.name))
+            rightful = owner_of_node.get(touched or "")
+            if touched is not None and rightful is not None and rightful != writer:
+                what = (
+                    "its node written"
+                    if entry.kind == "Node"
+                    else f"pod {entry.namespace}/{entry.name} {entry.verb}d"
+                )
+                yield from once(f"{touched} of {rightful}: {what} by {writer} ({_role(entry.user)})")
+            if now is not None:
+                for key, item in now.items():
+                    kind, node, owner = key
+                    if owner == writer:
+                        continue
+                    was = before.get(key)
+                    if was is None:
+                        yield from once(f"budget {kind} of {node} ({owner}'s) written by {writer}")
+                    elif item.get("renewedAt") != was.get("renewedAt"):
+                        yield from once(f"budget {kind} of {node} ({owner}'s) renewed by {writer}")
+                for key, was in before.items():
+                    kind, node, owner = key
+                    if owner == writer or key in now:
+                        continue
+                    if any(k[1] == node and k[2] == writer for k in now):
+                        # (node names are reused, instance ids never: an entry of another instance on the node the
+                        # writer's request is for is a node gone with its instance, stale, removed as such; rules.py)
+                        continue
+                    expires = _expires(was)
+                    if expires is not None and entry.time + skew + CLOCK_SLACK < expires:
+                        yield from once(
+                            f"budget {kind} of {node} ({owner}'s) removed by {writer} "
+                            f"{expires - entry.time:.0f}s before it expired"
+                        )
+        if now is not None:
+            before = now
+
+
+def _owner_of_user(user: str, stacks: dict[str, str]) -> str | None:
+    """The owner of the stack whose function's role made the request (None: not a stack's function)."""
+    role = _role(user)
+    return next((owner for stack, owner in stacks.items() if role.startswith(f"{stack}-")), None)
+
+
+def _role(user: str) -> str:
+    """The role of an assumed-role session's user name (``arn:aws:sts::<account>:assumed-role/<role>/<session>``)."""
+    _, _, after = user.partition(":assumed-role/")
+    return after.split("/", 1)[0]
+
+
+def _budget_entries(doc: dict[str, Any]) -> dict[tuple[str, str, str], dict[str, Any]]:
+    """The document's holders and waiters by (holder or waiter, node, owner)."""
+    return {
+        (kind[:-1], str(item.get("node")), str(item.get("owner"))): item
+        for kind in ("holders", "waiters")
+        for item in doc.get(kind, [])
+    }
+
+
+def _expires(item: dict[str, Any]) -> float | None:
+    """When a budget entry expires (its renewal + its TTL, epoch seconds); None when it does not say."""
+    renewed, ttl = item.get("renewedAt"), item.get("ttlSeconds")
+    if not isinstance(renewed, str) or not isinstance(ttl, int | float):
+        return None
+    try:
+        return datetime.fromisoformat(renewed).timestamp() + float(ttl)
+    except ValueError:
+        return None
 
 
 def _addresses(o: Observation) -> Iterator[Violation]:

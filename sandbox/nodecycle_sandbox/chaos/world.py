@@ -186,6 +186,9 @@ class Observation:
     # Addresses AWS locked (eip-locked): allocation id -> (when locked, when the lock was lifted; None: never)
     locked: dict[str, tuple[float, float | None]] = field(default_factory=dict)
     phases: list[tuple[str, float]] = field(default_factory=list)  # where the seconds went
+    # The deployed stacks: stack name -> owner id. A function's role is named after its stack (``<stack>-<logical
+    # id>``), and the API server records the user of each write (its assumed-role session): who wrote what.
+    stacks: dict[str, str] = field(default_factory=dict)
 
     @property
     def nodes_of(self) -> dict[str, str]:
@@ -412,6 +415,7 @@ class ScenarioRun:
                 notes=self.notes,
                 forged=self.forged,
                 locked=dict(self.locked),
+                stacks={runner.stack_name: owner_of(stack) for stack, runner in self.world.runners.items()},
             )
         finally:
             box.disarm_faults()

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import Any
@@ -10,6 +11,19 @@ from nodecycle_sandbox.kube.meta import ZONE_LABEL
 
 API = "api"  # a write requested over HTTP (the product, kubectl, a test's client)
 SANDBOX = "sandbox"  # a write of the simulated kubelet / controllers, a seed or a test helper
+
+# Who asked for the write this thread serves: the authenticated user, as kube-apiserver's audit log records it for
+# every request (audit.k8s.io Event ``user.username``). The router sets it per request, as it sets the field manager.
+_requests = threading.local()
+
+
+def requested_as(user: str) -> None:
+    """The authenticated user of the API request this thread serves from now on."""
+    _requests.user = user
+
+
+def requester() -> str:
+    return str(getattr(_requests, "user", ""))
 
 
 @dataclass(frozen=True)
@@ -29,6 +43,9 @@ class HistoryEntry:
     source: str
     removed: bool
     object: dict[str, Any] = field(repr=False)
+    # the authenticated user whose request made an API write (a function's assumed-role session, kubectl's user);
+    # "" for the sandbox's own writes
+    user: str = ""
 
     @property
     def unschedulable(self) -> bool:

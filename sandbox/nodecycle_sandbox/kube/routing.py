@@ -13,6 +13,7 @@ from urllib.parse import unquote
 from nodecycle_sandbox.kube import (
     discovery,
     errors,
+    history,
     managed_fields,
     namespaces,
     representation,
@@ -91,9 +92,12 @@ class Router:
         self._counters.begin(received=len(request.body))
         try:
             user = self._authenticate(request)
+            history.requested_as(user.name)
             return self._route(request, user, refuse)
         except errors.ApiError as exc:
             return Response(exc.code, exc.status(), exc.headers())
+        finally:
+            history.requested_as("")  # (the thread's next write, if not a request's, is nobody's)
 
     def _authenticate(self, request: Request) -> User:
         token = bearer_token(request.headers.get("authorization"))

@@ -8,7 +8,7 @@ import time
 import uuid
 from collections.abc import Callable
 
-from nodecycle_sandbox.kube import managed_fields
+from nodecycle_sandbox.kube import history, managed_fields
 from nodecycle_sandbox.kube.history import HistoryEntry
 from nodecycle_sandbox.kube.meta import JsonObj, json_copy, metadata
 from nodecycle_sandbox.kube.resources import ALL, ResourceType
@@ -132,6 +132,7 @@ class Store:
                 source=source,
                 removed=removed,
                 object=obj,
+                user=history.requester() if source == history.API else "",
             )
         )
 

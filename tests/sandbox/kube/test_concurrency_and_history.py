@@ -139,6 +139,9 @@ def test_history_records_who_wrote_what_with_zone_and_cordon_state(server: KubeS
     assert (entry.zone, entry.unschedulable, entry.removed) == ("eu-west-1a", True, False)
     created = next(e for e in server.history() if e.kind == "Node" and e.verb == "create")
     assert (created.source, created.unschedulable) == ("sandbox", False)
+    # ...and who asked for it, as kube-apiserver's audit log records each request's user: the authenticated user
+    # of an API write, nobody for the sandbox's own
+    assert (entry.user, created.user) == ("kubernetes-admin", "")
     # The history hands out copies: changing one changes nothing stored
     entry.object["spec"]["unschedulable"] = False
     assert the_cordon().unschedulable is True
