@@ -632,3 +632,7 @@ def test_a_budget_write_of_one_stack_that_frees_grants_or_renews_another_owners_
     )
     assert "ownership" not in judged(_as(_budget_of(T0 + 202, [], [waiting]), "chaos-b"))
     assert "ownership" not in judged(_as(_budget_of(T0 + 5, [], [waiting]), "chaos-a"))
+    # nor is a removal once the story was over (a replay or late sweep whose clock the world moved on hours)
+    over = _observation([before, _as(_budget_of(T0 + 5, [], [waiting]), "chaos-b")], stacks=STACKS_OF)
+    over.phases = [("launched", 1.0), ("seeded", 1.0), ("quiescent", 2.0), ("swept", 9.0)]
+    assert "ownership" not in _judged(over)

@@ -448,6 +448,7 @@ def _writers(o: Observation) -> Iterator[Violation]:
         (abs(f.value or 0.0) for f in o.scenario.faults if f.kind in ("clock-skew", "time-travel")),
         default=0.0,
     )
+    story_over = _story_over(o)
     node_of_pod: dict[tuple[str, str], str] = {}
     before: dict[tuple[str, str, str], dict[str, Any]] = {}  # (kind, node, owner) -> entry, as last written
     told: set[str] = set()
@@ -496,6 +497,8 @@ def _writers(o: Observation) -> Iterator[Violation]:
                         # writer's request is for is a node gone with its instance, stale, removed as such; rules.py)
                         continue
                     expires = _expires(was)
+                    if entry.time > story_over:
+                        continue  # (a replay or a late sweep, its clock moved on hours: expired by that clock)
                     if expires is not None and entry.time + skew + CLOCK_SLACK < expires:
                         yield from once(
                             f"budget {kind} of {node} ({owner}'s) removed by {writer} "
@@ -503,6 +506,19 @@ def _writers(o: Observation) -> Iterator[Violation]:
                         )
         if now is not None:
             before = now
+
+
+def _story_over(o: Observation) -> float:
+    """When the story was quiescent, before the world's replays and late sweeps (whose functions' clocks it moves on
+    hours or days: every entry left is expired by those clocks); the end of time when the phases do not say."""
+    elapsed = 0.0
+    for name, seconds in o.phases:
+        elapsed += seconds
+        if name == "quiescent":
+            return (
+                o.started_at + elapsed + 0.5
+            )  # (the phases' rounding, and the run's start before started_at)
+    return float("inf")
 
 
 def _owner_of_user(user: str, stacks: dict[str, str]) -> str | None:
