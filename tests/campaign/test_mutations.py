@@ -122,7 +122,7 @@ def test_a_product_whose_sweeper_never_heartbeats_is_caught_when_its_work_queue_
     # When it runs on the mutated product
     with (
         mutated_layer(ROOT, mutation) as layer,
-        world.World(root=ROOT, layer_dir=layer, warm_up=False) as mutated,
+        world.World(root=ROOT, layer_dir=layer, warm_up=False, one_stack=True) as mutated,
     ):
         observation = mutated.run(scenario)
 
@@ -163,7 +163,7 @@ def test_a_product_whose_drain_waits_past_its_timeout_is_caught_holding_its_slot
     # When it runs on the mutated product
     with (
         mutated_layer(ROOT, mutation) as layer,
-        world.World(root=ROOT, layer_dir=layer, warm_up=False) as mutated,
+        world.World(root=ROOT, layer_dir=layer, warm_up=False, one_stack=True) as mutated,
     ):
         observation = mutated.run(scenario)
 

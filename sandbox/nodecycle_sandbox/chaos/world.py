@@ -196,12 +196,21 @@ class Observation:
 
 
 class World:
-    """Start once, run many scenarios, stop. ``layer_dir``: the handlers' copy of the product."""
+    """Start once, run many scenarios, stop. ``layer_dir``: the handlers' copy of the product. ``one_stack``: stack a
+    alone, for a test whose crafted scenarios are all of stack a (stack b's deployment and address pool cost a
+    world's start seconds that such a test never uses)."""
 
     def __init__(
-        self, *, root: Path, layer_dir: Path | None = None, log_dir: Path | None = None, warm_up: bool = True
+        self,
+        *,
+        root: Path,
+        layer_dir: Path | None = None,
+        log_dir: Path | None = None,
+        warm_up: bool = True,
+        one_stack: bool = False,
     ) -> None:
         self._warm = warm_up
+        self._one_stack = one_stack
         kube = KubeServer(
             tls=True,
             cluster_name="chaos",
@@ -238,27 +247,32 @@ class World:
         box = self.sandbox.start()
         try:
             self.runners = {"a": box.runner}
-            self.runners["b"], _ = box.add_stack("chaos-b", parameters=STACKS["b"], settings=SETTINGS)
-            ec2 = box.client("ec2")
-            for _ in range(POOL_SIZE):
-                ec2.allocate_address(
-                    Domain="vpc",
-                    TagSpecifications=[
-                        {
-                            "ResourceType": "elastic-ip",
-                            "Tags": [
-                                {"Key": POOL_TAG, "Value": POOL_NAME},
-                                {"Key": OWNER_TAG, "Value": owner_of("b")},
-                            ],
-                        }
-                    ],
-                )
+            if not self._one_stack:
+                self._add_stack_b(box)
             if self._warm:
                 self._warm_up()
         except BaseException:
             box.stop()
             raise
         return self
+
+    def _add_stack_b(self, box: Sandbox) -> None:
+        """Stack b, on the same cluster, and its pool of addresses."""
+        self.runners["b"], _ = box.add_stack("chaos-b", parameters=STACKS["b"], settings=SETTINGS)
+        ec2 = box.client("ec2")
+        for _ in range(POOL_SIZE):
+            ec2.allocate_address(
+                Domain="vpc",
+                TagSpecifications=[
+                    {
+                        "ResourceType": "elastic-ip",
+                        "Tags": [
+                            {"Key": POOL_TAG, "Value": POOL_NAME},
+                            {"Key": OWNER_TAG, "Value": owner_of("b")},
+                        ],
+                    }
+                ],
+            )
 
     def _warm_up(self) -> None:
         """A launch, a scale-in and a sweep per stack, not judged: the containers start once here (a cold
@@ -304,6 +318,12 @@ class World:
     # -- one scenario ---------------------------------------------------------------------------------
 
     def run(self, scenario: Scenario, *, progress: Callable[[str], None] = lambda _: None) -> Observation:
+        missing = sorted(set(scenario.stacks) - set(self.runners))
+        if missing:
+            raise ValueError(
+                f"scenario {scenario.name} needs stack(s) {', '.join(missing)}, which this world did not start "
+                f"(started: {', '.join(sorted(self.runners))}; a world of one_stack=True starts stack a alone)"
+            )
         return ScenarioRun(self, scenario, progress).run()
 
 
