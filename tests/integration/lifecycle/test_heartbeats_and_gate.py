@@ -1,7 +1,7 @@
 """Lifecycle actions kept alive and bounded: a drain longer than the hook's heartbeat timeout survives on
 heartbeats; the launch readiness gate completes once the node is Ready, and gives up on one that never joins.
 
-Both on one sandbox, set going at once: the drain waits out a pod's 21 s stop and the gate its 30 s timeout, and
+Both on one sandbox, set going at once: the drain waits out a pod's 21 s stop and the gate its 38 s timeout, and
 one after the other, on a sandbox each, the file took two sandboxes' starts and the sum of those waits. The
 terminate hook's heartbeat timeout is 10 s; the launch hook's is 30 s, the shortest AWS takes (PutLifecycleHook:
 HeartbeatTimeout from 30 to 7200 s), under a readiness timeout longer than it, so that the gate's launch lives on
@@ -35,7 +35,9 @@ HEARTBEAT_TIMEOUT = 10  # the terminate hook's
 LAUNCH_HEARTBEAT_TIMEOUT = 30  # the launch hook's: AWS's shortest, shorter than the gate's wait
 # A pod that takes just over two heartbeat timeouts to stop: the drain outlives two of them, on heartbeats alone
 SLOW_SHUTDOWN = 2 * HEARTBEAT_TIMEOUT + 1
-READINESS_TIMEOUT = LAUNCH_HEARTBEAT_TIMEOUT + 15
+# The gate gives up 8 s past the launch hook's timeout: its action, unless a heartbeat kept it, has lapsed by then
+# (the hook's default result) whatever the load; 15 s past it waited 7 s more for nothing
+READINESS_TIMEOUT = LAUNCH_HEARTBEAT_TIMEOUT + 8
 
 
 @dataclass(frozen=True)
@@ -49,7 +51,7 @@ class Started:
 @pytest.fixture(scope="module")
 def started() -> Iterator[Started]:
     # A terminate hook with a 10 s heartbeat timeout, a launch hook with 30 s (their default results ABANDON); a
-    # launch waits 45 s for its node, then is completed ABANDON
+    # launch waits 38 s for its node, then is completed ABANDON
     hooks = (
         HookSpec("nodecycle-launch", LAUNCHING, LAUNCH_HEARTBEAT_TIMEOUT, "ABANDON"),
         HookSpec("nodecycle-terminate", TERMINATING, HEARTBEAT_TIMEOUT, "ABANDON"),
