@@ -4,12 +4,12 @@ in a Running one, whose node stays Ready and so keeps its cordon until the insta
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Iterator
-from contextlib import contextmanager
 from datetime import datetime
-from typing import Any
+from typing import Any, NamedTuple
 
 import pytest
 
@@ -18,12 +18,13 @@ from nodecycle.domain.drain.common import NODE_SEEN
 from nodecycle.domain.model import LifecycleRecord, Step, Transition, adopted_token
 from nodecycle.domain.ports.cluster import RELEASED_FOR_ANNOTATION
 from nodecycle_sandbox import Sandbox
-from nodecycle_sandbox.aws.group import HookSpec, WarmPoolSpec
+from nodecycle_sandbox.aws.group import AutoScalingGroup, GroupSpec, HookSpec, WarmPoolSpec
 from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING, ActionRecord
 from nodecycle_sandbox.checks import completed_before_drained, last_pod_gone, pdb_breaches
 from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.kube import HistoryEntry
 from tests.integration.lifecycle.harness import (
+    WORKLOADS,
     find_record,
     node_of,
     records,
@@ -64,10 +65,13 @@ def latest_action(sandbox: Sandbox, instance_id: str, transition: str) -> Action
     return max(found, key=lambda a: a.started_at) if found else None
 
 
-def wait_in_pool(sandbox: Sandbox, state: str = "Warmed:Stopped") -> str:
-    """The instance waiting in the group's warm pool (one only), in ``state``."""
+def wait_in_pool(
+    sandbox: Sandbox, state: str = "Warmed:Stopped", *, group: AutoScalingGroup | None = None
+) -> str:
+    """The instance waiting in the warm pool of ``group`` (the sandbox's unless given; one only), in ``state``."""
+    pooled = group or sandbox.asg
     waiting = wait_for(
-        lambda: [i for i, s in sandbox.asg.pool_instances().items() if s == state],
+        lambda: [i for i, s in pooled.pool_instances().items() if s == state],
         60,
         f"an instance in the warm pool ({state})",
     )
@@ -330,65 +334,6 @@ def test_an_instance_resumed_from_a_hibernated_pool_on_the_same_boot_completes_i
         assert node_object(sandbox, node)["status"]["nodeInfo"]["bootID"] == before
 
 
-@contextmanager
-def adopted_scale_in(warm_pool: WarmPoolSpec) -> Iterator[tuple[Sandbox, str, LifecycleRecord]]:
-    """A scale-in into ``warm_pool`` whose event intake lost, adopted by the sweeper: yields the sandbox, the
-    instance and its adopted lifecycle, once that lifecycle's cleanup watches the pool."""
-    # Hooks that time out after 15 s (the terminate hook's default result CONTINUE), a sweeper every 2 s, and
-    # DynamoDB failing every call of the intake function
-    hooks = (
-        HookSpec("nodecycle-launch", LAUNCHING, LOST_HEARTBEAT_TIMEOUT, "ABANDON"),
-        HookSpec("nodecycle-terminate", TERMINATING, LOST_HEARTBEAT_TIMEOUT, "CONTINUE"),
-    )
-    with running(
-        size=3,
-        warm_pool=warm_pool,
-        hooks=hooks,
-        parameters={"HeartbeatMarginSeconds": "5"},
-        settings={"NODECYCLE_SWEEP_INTERVAL_MINUTES": str(2 / 60)},
-        schedule_interval=2.0,
-    ) as sandbox:
-        sandbox.kube.reset_history()
-        sandbox.aws.arm_faults(
-            faults=[Fault("down", "aws-error", target="dynamodb.*")],
-            seed=1,
-            callers=[sandbox.runner.access_key("IntakeFunction")],
-        )
-
-        # The group scales in by one: the instance waits in Warmed:Pending:Wait, which DescribeWarmPool alone
-        # lists, and the event of its move into the pool does not become a record
-        sandbox.asg.set_desired(2)
-        (instance,) = wait_for(
-            lambda: list(sandbox.asg.pool_instances()), 30, "the instance going to the pool"
-        )
-
-        # The sweeper adopts it with the plan of a move into the pool: the node drained, the action completed by
-        # nodecycle (not by the hook's default result), its cleanup watching the pool
-        action = wait_terminated(sandbox, instance, timeout=60)
-        assert find_record(sandbox, instance) is None  # (no record of the event's own)
-        sandbox.aws.disarm_faults()
-        assert (action.outcome, action.completed_by is not None) == ("completed", True)
-        assert completed_before_drained(sandbox.kube.history(), [action]) == []
-        adopted = wait_for(
-            lambda: (
-                (r := records(sandbox).get(f"{instance}/terminate/{adopted_token(action.hook)}"))
-                and r.extra.get(POOL_WATCH)
-                and r
-            ),
-            30,
-            "the adopted lifecycle watching the pool",
-        )
-        assert adopted.destination == "WarmPool"
-        yield sandbox, instance, adopted
-
-
-def test_the_sweeper_adopts_a_scale_in_into_the_pool_whose_event_intake_lost_and_drains_it_first() -> None:
-    # Given a pool that takes instances back, when the group scales in and intake loses the event, then the
-    # sweeper adopts the move into the pool: drained first, completed by nodecycle, watching the pool
-    with adopted_scale_in(TAKES_BACK) as (sandbox, _, _):
-        wait_in_pool(sandbox)
-
-
 def test_a_node_stopped_in_the_pool_is_uncordoned_once_not_ready_and_comes_back_ready() -> None:
     # Given a pool that takes instances back, and nodes that turn NotReady 3 s after their kubelet is gone
     with running(size=3, warm_pool=TAKES_BACK, node_monitor_grace=3) as sandbox:
@@ -587,18 +532,128 @@ def test_a_node_waiting_in_a_running_pool_keeps_its_cordon_through_a_kubelet_out
         assert workload_pods_on(sandbox, node) == []
 
 
-def test_the_sweeper_adopts_a_scale_in_into_a_running_pool_whose_event_intake_lost_and_keeps_the_cordon() -> (
-    None
-):
+# The group beside the sandbox's in the sweeper's adoptions below, its pool running (the sandbox's stopped). (The
+# module's last tests: a module's fixture lasts until its last test, and this one's sweeps every 2 s.)
+RUNNING_POOL_GROUP = "nodecycle-running-pool-workers"
+
+
+class Adopted(NamedTuple):
+    sandbox: Sandbox
+    groups: dict[str, AutoScalingGroup]  # by its pool's state: Warmed:Stopped, Warmed:Running
+    instances: dict[str, str]  # the instance each group scaled in, by its pool's state
+    adopted: dict[str, LifecycleRecord]  # its adopted lifecycle, by its pool's state
+
+
+@pytest.fixture(scope="module")
+def adopted_scale_ins() -> Iterator[Adopted]:
+    """Two groups of three the stack manages, with pools that take instances back, the sandbox's stopped
+    (TAKES_BACK), RUNNING_POOL_GROUP's running (TAKES_BACK_RUNNING): each scaled in by one at once, while intake
+    loses the events, each scale-in adopted by the sweeper. Yields once each adopted lifecycle's cleanup watches its
+    pool (one sandbox for both pools: one each was a sandbox's start and an adoption's wait more)."""
+    # Hooks that time out after 15 s (the terminate hook's default result CONTINUE), a sweeper every 2 s, and
+    # DynamoDB failing every call of the intake function
+    hooks = (
+        HookSpec("nodecycle-launch", LAUNCHING, LOST_HEARTBEAT_TIMEOUT, "ABANDON"),
+        HookSpec("nodecycle-terminate", TERMINATING, LOST_HEARTBEAT_TIMEOUT, "CONTINUE"),
+    )
+    with running(
+        size=3,
+        warm_pool=TAKES_BACK,
+        hooks=hooks,
+        parameters={"HeartbeatMarginSeconds": "5", "ManagedGroups": f"{GroupSpec.name},{RUNNING_POOL_GROUP}"},
+        settings={"NODECYCLE_SWEEP_INTERVAL_MINUTES": str(2 / 60)},
+        schedule_interval=2.0,
+        workloads=None,
+    ) as sandbox:
+        beside = sandbox.add_group(
+            GroupSpec(name=RUNNING_POOL_GROUP, size=3, hooks=hooks, warm_pool=TAKES_BACK_RUNNING)
+        )
+        beside.wait_in_service(3, timeout=90)
+        sandbox.kube.seed(dict(WORKLOADS))
+        sandbox.kube.settle(timeout=30)
+        groups = {"Warmed:Stopped": sandbox.asg, "Warmed:Running": beside}
+        sandbox.kube.reset_history()
+        sandbox.aws.arm_faults(
+            faults=[Fault("down", "aws-error", target="dynamodb.*")],
+            seed=1,
+            callers=[sandbox.runner.access_key("IntakeFunction")],
+        )
+
+        # Each group scales in by one: its instance waits in Warmed:Pending:Wait, which DescribeWarmPool alone
+        # lists, and the event of its move into the pool does not become a record
+        for group in groups.values():
+            group.set_desired(2)
+        instances = {
+            state: wait_for(
+                functools.partial(pool_instances, group), 30, f"an instance going to the pool ({state})"
+            )
+            for state, group in groups.items()
+        }
+        assert all(len(found) == 1 for found in instances.values()), instances
+
+        # The sweeper adopts each with the plan of a move into the pool: the node drained, the action completed by
+        # nodecycle (not by the hook's default result), its cleanup watching the pool
+        actions = {
+            state: wait_terminated(sandbox, found[0], timeout=60) for state, found in instances.items()
+        }
+        # (no record of the events' own)
+        assert all(find_record(sandbox, found[0]) is None for found in instances.values())
+        sandbox.aws.disarm_faults()
+        ended = {
+            state: (action.outcome, action.completed_by is not None) for state, action in actions.items()
+        }
+        assert ended == dict.fromkeys(actions, ("completed", True))
+        adopted: dict[str, LifecycleRecord] = {}
+        for state, action in actions.items():
+            assert completed_before_drained(sandbox.kube.history(), [action]) == []
+            adopted[state] = wait_for(
+                functools.partial(adopted_watching_the_pool, sandbox, action),
+                30,
+                f"the adopted lifecycle watching the pool ({state})",
+            )
+            assert adopted[state].destination == "WarmPool"
+        yield Adopted(sandbox, groups, {state: found[0] for state, found in instances.items()}, adopted)
+
+
+def pool_instances(group: AutoScalingGroup) -> list[str]:
+    return list(group.pool_instances())
+
+
+def adopted_watching_the_pool(sandbox: Sandbox, action: ActionRecord) -> LifecycleRecord | None:
+    """The lifecycle the sweeper adopted for ``action``, once its cleanup watches the pool."""
+    found = records(sandbox).get(f"{action.instance_id}/terminate/{adopted_token(action.hook)}")
+    return found if found is not None and found.extra.get(POOL_WATCH) else None
+
+
+def test_the_sweeper_adopts_a_scale_in_into_the_pool_whose_event_intake_lost_and_drains_it_first(
+    adopted_scale_ins: Adopted,
+) -> None:
+    # Given a pool that takes instances back, when the group scales in and intake loses the event, then the
+    # sweeper adopts the move into the pool: drained first, completed by nodecycle, watching the pool (the fixture)
+    sandbox = adopted_scale_ins.sandbox
+    instance = adopted_scale_ins.instances["Warmed:Stopped"]
+    assert wait_in_pool(sandbox, group=adopted_scale_ins.groups["Warmed:Stopped"]) == instance
+
+
+def test_the_sweeper_adopts_a_scale_in_into_a_running_pool_whose_event_intake_lost_and_keeps_the_cordon(
+    adopted_scale_ins: Adopted,
+) -> None:
     # Given a running pool that takes instances back, when the group scales in and intake loses the event, then
-    # the sweeper adopts the move into the pool (drained first, completed by nodecycle, watching the pool)
-    with adopted_scale_in(TAKES_BACK_RUNNING) as (sandbox, instance, adopted):
-        # And the instance waits in the pool running, its node Ready and cordoned for the adopted lifecycle
-        wait_in_pool(sandbox, "Warmed:Running")
-        node = node_object(sandbox, node_of(sandbox, instance))
-        assert ready(node)
-        assert cordoned(node)
-        assert node["metadata"]["annotations"].get(RELEASED_FOR_ANNOTATION) == adopted.id
-        current = records(sandbox).get(adopted.id)
-        assert current is not None
-        assert not current.finished
+    # the sweeper adopts the move into the pool (drained first, completed by nodecycle, watching the pool: the
+    # fixture)
+    sandbox = adopted_scale_ins.sandbox
+    instance, adopted = (
+        adopted_scale_ins.instances["Warmed:Running"],
+        adopted_scale_ins.adopted["Warmed:Running"],
+    )
+    # And the instance waits in the pool running, its node Ready and cordoned for the adopted lifecycle
+    assert (
+        wait_in_pool(sandbox, "Warmed:Running", group=adopted_scale_ins.groups["Warmed:Running"]) == instance
+    )
+    node = node_object(sandbox, node_of(sandbox, instance))
+    assert ready(node)
+    assert cordoned(node)
+    assert node["metadata"]["annotations"].get(RELEASED_FOR_ANNOTATION) == adopted.id
+    current = records(sandbox).get(adopted.id)
+    assert current is not None
+    assert not current.finished
