@@ -16,10 +16,11 @@ import pytest
 from botocore.exceptions import ClientError
 
 from nodecycle_sandbox.chaos import invariants
-from nodecycle_sandbox.chaos.plan import Scenario, draw
+from nodecycle_sandbox.chaos.plan import draw
 from nodecycle_sandbox.chaos.world import OWNER_TAG, Observation, ScenarioRun, World, owner_of
 from nodecycle_sandbox.faults import Fault
 from nodecycle_sandbox.runner.runner import SANDBOX_SECRET_KEY
+from tests.campaign.scenarios import one_terminate
 
 pytestmark = pytest.mark.slow
 
@@ -56,22 +57,8 @@ def lost_message_and_lingering(world: World) -> Observation:
     """One scenario for the two tests below (a scenario of its own each took as long again): a terminate whose only
     sweeps are the world's schedule and whose first drain message is lost, the terminated instance's node lingering
     3 s after it, and that node's pods 2 s more."""
-    scenario = Scenario(
-        seed=0,
-        index=0,
-        kind="terminate",
-        stacks=("a",),
-        size=3,
-        keep=3,
-        terminate=1,
-        min_healthy=0,
-        replicas=3,
-        shutdown=0.3,
-        lost_kubelet_at=None,
-        sweeps=(),
-        faults=(Fault("f1", "sqs-drop", "DrainQueue", limit=1),),
-        node_removal=3.0,
-        pod_gc_quarantine=2.0,
+    scenario = one_terminate(
+        Fault("f1", "sqs-drop", "DrainQueue", limit=1), node_removal=3.0, pod_gc_quarantine=2.0
     )
     return world.run(scenario)
 
@@ -148,20 +135,11 @@ def test_a_scenario_drawn_with_ec2_lag_runs_with_the_functions_reads_behind_and_
 ) -> None:
     # Given a launch on stack a (an address allocated for each new instance, then associated with it), EC2's
     # reads 2 s behind its writes for the functions and the lifecycle table's index 2 s behind every write
-    scenario = Scenario(
-        seed=0,
+    scenario = one_terminate(
+        Fault("f1", "dynamodb-index-lag", value=2.0),
         index=1,
         kind="launch",
-        stacks=("a",),
-        size=3,
-        keep=3,
-        terminate=1,
-        min_healthy=0,
-        replicas=3,
-        shutdown=0.3,
-        lost_kubelet_at=None,
         sweeps=(2.0, 6.0),
-        faults=(Fault("f1", "dynamodb-index-lag", value=2.0),),
         node_removal=1.0,
         pod_gc_quarantine=1.0,
         ec2_lag=2.0,

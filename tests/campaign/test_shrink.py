@@ -13,22 +13,10 @@ from nodecycle_sandbox.chaos.invariants import Violation
 from nodecycle_sandbox.chaos.plan import Scenario
 from nodecycle_sandbox.chaos.world import Observation
 from nodecycle_sandbox.faults import Fault, Firing
+from tests.campaign.scenarios import one_terminate
 
-LAGGING = Scenario(
-    seed=9,
-    index=4,
-    kind="terminate",
-    stacks=("a",),
-    size=3,
-    keep=3,
-    terminate=1,
-    min_healthy=0,
-    replicas=3,
-    shutdown=0.3,
-    lost_kubelet_at=None,
-    sweeps=(),
-    faults=(Fault("f1", "sqs-reorder"), Fault("f2", "dynamodb-index-lag", value=2.0)),
-    ec2_lag=2.0,
+LAGGING = one_terminate(
+    Fault("f1", "sqs-reorder"), Fault("f2", "dynamodb-index-lag", value=2.0), seed=9, index=4, ec2_lag=2.0
 )
 
 
