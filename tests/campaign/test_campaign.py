@@ -25,7 +25,15 @@ from tests.campaign.scenarios import one_terminate
 pytestmark = pytest.mark.slow
 
 ROOT = Path(__file__).resolve().parents[2]
-SEED = 3  # the first seed whose first three scenarios are three kinds, two owners among them
+# The first seed whose first three scenarios are three kinds, two owners among them. What they fired (a run on
+# 2026-12-07): s3-0, a refresh of 5 (65 s under load): event-duplicate, kube-webhook-down, worker-kill; s3-1, a
+# scale-in of 4 to 2 (46 s): aws-throttle, clock-skew, eip-locked, iam-detached, kube-conflict, kube-hung-runtime,
+# kube-webhook-down, pleg-not-ready, sqs-duplicate; s3-2, two owners' refreshes of 4 (135 s, an EipFunction mapping
+# paused 45 s): budget-third-writer, event-duplicate, iam-detached, kube-slow, mapping-paused, sqs-drop, work-replay.
+# Each scenario fires a kind no other does (s3-0 the only worker kill), and no other seed below 3,000 draws all
+# these fault kinds in its first three scenarios with both hazards and one locked address, nor any below 20,000 in
+# its first two (at best two kinds short): fewer or other scenarios would cover less.
+SEED = 3
 
 
 @pytest.fixture(scope="module")
