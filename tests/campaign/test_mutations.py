@@ -10,8 +10,8 @@ import pytest
 
 from nodecycle_sandbox.chaos import invariants, world
 from nodecycle_sandbox.chaos.mutations import MUTATIONS, Mutation, check_mutation, mutated_layer
-from nodecycle_sandbox.chaos.plan import Scenario
 from nodecycle_sandbox.faults import Fault
+from tests.campaign.scenarios import one_terminate
 
 ROOT = Path(__file__).resolve().parents[2]
 # The budget's mutation: a seed whose first instance refresh is the smallest that shows it, 3 instances drained
@@ -101,23 +101,7 @@ def test_a_product_whose_sweeper_never_heartbeats_is_caught_when_its_work_queue_
     # can keep the action alive meanwhile. (Seed 3's first three scenarios draw no such stall; one crafted
     # scenario shows the bug in about a minute.)
     stalled = Fault("f1", "mapping-paused", "DrainFunction", 1.0, start=0.0, stop=50.0, limit=1, value=0)
-    scenario = Scenario(
-        seed=0,
-        index=0,
-        kind="terminate",
-        stacks=("a",),
-        size=3,
-        keep=3,
-        terminate=1,
-        min_healthy=0,
-        replicas=3,
-        shutdown=0.3,
-        lost_kubelet_at=None,
-        sweeps=(),
-        faults=(stalled,),
-        node_removal=3.0,
-        pod_gc_quarantine=2.0,
-    )
+    scenario = one_terminate(stalled, node_removal=3.0, pod_gc_quarantine=2.0)
 
     # When it runs on the mutated product
     with (
@@ -142,23 +126,7 @@ def test_a_product_whose_drain_waits_past_its_timeout_is_caught_holding_its_slot
     # timeout), and a lost kubelet does not: the drain completes once its pods are left terminating on a node
     # not ready ("drained; 2 pods left terminating (node not ready)", 11 s in, unmutated).
     refused = Fault("f1", "kube-webhook-deny", "POST pods/eviction", 1.0)
-    scenario = Scenario(
-        seed=0,
-        index=0,
-        kind="terminate",
-        stacks=("a",),
-        size=1,
-        keep=1,
-        terminate=1,
-        min_healthy=0,
-        replicas=2,
-        shutdown=0.3,
-        lost_kubelet_at=None,
-        sweeps=(),
-        faults=(refused,),
-        node_removal=3.0,
-        pod_gc_quarantine=2.0,
-    )
+    scenario = one_terminate(refused, size=1, keep=1, replicas=2, node_removal=3.0, pod_gc_quarantine=2.0)
 
     # When it runs on the mutated product
     with (
