@@ -46,6 +46,18 @@ NO_LEASE = "none"
 # launch whose node outlived its instance's reboot (see _posted_since_the_reboot)
 BOOT_SEEN = "boot_seen"
 NO_BOOT = "none"
+# A launch told without Origin on a node older than it (see _older_than_its_launch) may be of an instance resumed from
+# a Hibernated warm pool: no boot, the boot id of the gate's first read kept, its kubelet running on and posting its
+# unchanged status again only at its next report (nodeStatusReportFrequency, 5 minutes). A rebooted kubelet's first
+# status update comes at its status loop's first sync, which runs beside its Lease controller (Kubelet.Run) and
+# always posts (tryUpdateNodeStatus: no report made yet), once its registration of the existing node (a create
+# refused and a get) is done. So a Lease renewed on for this long after the gate first found it renewed since its
+# first read, the boot id still that read's, is the kubelet of that boot running on (the node Lease's duration, four
+# of the kubelet's 10-s status syncs).
+SAME_BOOT_AFTER = timedelta(seconds=40)
+# record.extra keys: when (the drain function's clock) the gate first found that, and the Lease's renewTime then
+SAME_BOOT_SINCE = "same_boot_since"
+SAME_BOOT_LEASE = "same_boot_lease"
 # A Ready node may not take pods yet: it still carries a taint that a controller or an agent lifts once the node is
 # set up. Kubernetes' own: the node lifecycle controller's not-ready (the API server's TaintNodesByCondition puts it
 # on every new node; the controller lifts it a node monitor period or more after the kubelet posts Ready),
@@ -342,6 +354,20 @@ class ReadinessGate:
             posted = _posted_since_the_reboot(node, record, extra)
             if posted and renewed_since:
                 return True
+            # (a root volume replacement always reboots: its kubelet of the same boot id has not posted yet)
+            if (
+                renewed_since
+                and not record.back_from_root_volume_replacement
+                and _running_on_the_same_boot(node, renewed, record, now, extra)
+            ):
+                log.info(
+                    "node %s says Ready on the boot it had at the gate's first look (%s), its Lease renewed on for "
+                    "%.0f s: its kubelet runs on (an instance resumed from hibernation)",
+                    node.name,
+                    node.boot_id,
+                    SAME_BOOT_AFTER.total_seconds(),
+                )
+                return True
             if renewed_since:
                 log.info(
                     "node %s says Ready and its Lease is renewed, but its kubelet has not posted its status since its "
@@ -463,6 +489,32 @@ def _posted_since_the_reboot(node: NodeInfo, record: LifecycleRecord, extra: dic
     if node.ready_heartbeat_at is not None:
         return node.ready_heartbeat_at >= record.started_at - CLOCK_SKEW
     return node.boot_id is None
+
+
+def _running_on_the_same_boot(
+    node: NodeInfo, renewed: datetime | None, record: LifecycleRecord, now: datetime, extra: dict[str, object]
+) -> bool:
+    """Whether the kubelet of a node older than its launch, its Lease renewed since the gate's first read but its
+    status not posted since, is the kubelet of the boot of that read running on: a Lease renewed SAME_BOOT_AFTER
+    since the gate first found it renewed, and again since, the boot id still the first read's. An instance resumed
+    from a Hibernated warm pool within the node monitor's grace: its node never went Unknown, so its kubelet has
+    nothing changed to post (Kubelet.tryUpdateNodeStatus) until its next report, up to 5 minutes on; waited for,
+    the launch outlasted a readiness timeout under that (ReadinessTimeoutSeconds takes 30 s and more) and a good
+    instance was abandoned and replaced. The Ready left from before the hibernation is never taken alone: an instance
+    still asleep renews no Lease. A node that tells no boot id does not count (its status post tells)."""
+    if not node.boot_id or node.boot_id != record.extra.get(BOOT_SEEN):
+        return False
+    stamp = renewed.isoformat() if renewed is not None else NO_LEASE
+    since = record.extra.get(SAME_BOOT_SINCE)
+    if since is None:
+        extra[SAME_BOOT_SINCE] = now.isoformat()
+        extra[SAME_BOOT_LEASE] = stamp
+        return False
+    return (
+        renewed is not None
+        and stamp != record.extra.get(SAME_BOOT_LEASE)
+        and now >= datetime.fromisoformat(str(since)) + SAME_BOOT_AFTER
+    )
 
 
 def _timed_by_intake(record: LifecycleRecord) -> bool:

@@ -9,30 +9,45 @@ from __future__ import annotations
 import pytest
 
 from nodecycle.domain.model import Transition
+from nodecycle_sandbox import Sandbox
 from nodecycle_sandbox.aws.control import SANDBOX_ACCOUNT
 from nodecycle_sandbox.aws.group import default_hooks
-from nodecycle_sandbox.aws.records import LAUNCHING
-from tests.integration.lifecycle.harness import find_record, running
-from tests.integration.lifecycle.test_warm_pool import POOL_OF_ONE, latest_action, wait_in_pool
+from nodecycle_sandbox.aws.records import LAUNCHING, ActionRecord
+from tests.integration.lifecycle.harness import find_record, records, running, wait_for
+from tests.integration.lifecycle.test_warm_pool import (
+    POOL_OF_ONE,
+    TAKES_BACK_HIBERNATED,
+    latest_action,
+    lease_renewals,
+    node_object,
+    scaled_in_to_pool,
+    wait_in_pool,
+)
 
 pytestmark = pytest.mark.slow
+
+
+def hooks_notify_the_queue(sandbox: Sandbox) -> None:
+    """The group's hooks notify the intake queue, their notifications without Origin and Destination, nothing sent to
+    EventBridge."""
+    queue = sandbox.runner.queue("IntakeQueue").arn
+    sandbox.aws.configure(eventbridge_for_sqs_hooks=False, notifications_tell_origin=False)
+    for hook in default_hooks(heartbeat_timeout=300):
+        sandbox.client("autoscaling").put_lifecycle_hook(
+            AutoScalingGroupName=sandbox.asg.name,
+            LifecycleHookName=hook.name,
+            LifecycleTransition=hook.transition,
+            HeartbeatTimeout=hook.heartbeat_timeout,
+            DefaultResult=hook.default_result,
+            NotificationTargetARN=queue,
+            RoleARN=f"arn:aws:iam::{SANDBOX_ACCOUNT}:role/nodecycle-HookNotificationRole",
+        )
 
 
 def test_a_launch_into_the_pool_told_by_the_queue_without_origin_is_completed_at_once() -> None:
     with running(size=2, workloads=None) as sandbox:
         # Given the group's hooks notifying the intake queue, without Origin and Destination
-        queue = sandbox.runner.queue("IntakeQueue").arn
-        sandbox.aws.configure(eventbridge_for_sqs_hooks=False, notifications_tell_origin=False)
-        for hook in default_hooks(heartbeat_timeout=300):
-            sandbox.client("autoscaling").put_lifecycle_hook(
-                AutoScalingGroupName=sandbox.asg.name,
-                LifecycleHookName=hook.name,
-                LifecycleTransition=hook.transition,
-                HeartbeatTimeout=hook.heartbeat_timeout,
-                DefaultResult=hook.default_result,
-                NotificationTargetARN=queue,
-                RoleARN=f"arn:aws:iam::{SANDBOX_ACCOUNT}:role/nodecycle-HookNotificationRole",
-            )
+        hooks_notify_the_queue(sandbox)
 
         # When the group gets a warm pool of one: its instance is launched into the pool
         sandbox.asg.put_warm_pool(POOL_OF_ONE)
@@ -47,3 +62,58 @@ def test_a_launch_into_the_pool_told_by_the_queue_without_origin_is_completed_at
         assert record is not None
         assert (record.origin, record.destination) == ("EC2", "WarmPool")
         assert record.outcome != "node-ready"  # (no readiness gate: it never runs as a node of the cluster)
+
+
+# The real kubelet's nodeStatusReportFrequency: an unchanged status is posted again only this often (the sandbox's
+# kubelets report every 20 s unless told)
+STATUS_REPORT_SECONDS = 300.0
+READINESS_TIMEOUT_SECONDS = 90  # under that report period (ReadinessTimeoutSeconds takes 30 s and more)
+HIBERNATED_FOR = 15.0  # how long the instance sleeps out of the pool: within the node monitor's grace (40 s)
+
+
+def test_a_launch_out_of_a_hibernated_pool_told_by_the_queue_without_origin_completes_once_its_kubelet_runs() -> (
+    None
+):
+    with running(
+        size=3,
+        warm_pool=TAKES_BACK_HIBERNATED,
+        parameters={"ReadinessTimeoutSeconds": str(READINESS_TIMEOUT_SECONDS)},
+    ) as sandbox:
+        # Given kubelets that post an unchanged node status every 5 minutes, as a real one does, and an instance the
+        # group scaled in to its hibernated pool, its node drained and kept cordoned
+        sandbox.kube.set_status_report_seconds(STATUS_REPORT_SECONDS)
+        sandbox.asg.set_desired(2)
+        instance, _, node, _ = scaled_in_to_pool(sandbox, "Warmed:Hibernated")
+        before = node_object(sandbox, node)["status"]["nodeInfo"]["bootID"]
+        # and the group's hooks notifying the intake queue, without Origin and Destination, nothing sent to EventBridge
+        hooks_notify_the_queue(sandbox)
+
+        # When the group scales out again, the instance resuming HIBERNATED_FOR seconds after it leaves the pool: its
+        # node still Ready from before (within the node monitor's grace), on the same boot, its kubelet renewing the
+        # Lease again once it runs but posting the unchanged status only at its next report
+        sandbox.aws.plan_nodes(join_after=HIBERNATED_FOR)
+        sandbox.asg.set_desired(3)
+
+        # Then its launch is completed with CONTINUE, not abandoned at the readiness timeout (a good instance replaced)
+        back = launch_over(sandbox, instance, timeout=READINESS_TIMEOUT_SECONDS + 60)
+        assert (back.outcome, back.result) == ("completed", "CONTINUE")
+        record = records(sandbox).get(f"{instance}/{Transition.LAUNCHING.short}/{back.token}")
+        assert record is not None
+        assert (record.origin, record.destination, record.outcome) == (None, None, "node-ready")
+        # and not on the Ready left from before the hibernation: only after its kubelet ran again (a Lease renewal
+        # once the instance resumed, HIBERNATED_FOR seconds into the launch)
+        assert back.finished_at is not None
+        resumed = [t for t in lease_renewals(sandbox, node) if t >= back.started_at + HIBERNATED_FOR - 1]
+        assert resumed != []
+        assert min(resumed) <= back.finished_at
+        assert node_object(sandbox, node)["status"]["nodeInfo"]["bootID"] == before
+
+
+def launch_over(sandbox: Sandbox, instance_id: str, timeout: float) -> ActionRecord:
+    """The instance's latest launch action, once it is over (completed, or timed out)."""
+
+    def over() -> ActionRecord | None:
+        action = latest_action(sandbox, instance_id, LAUNCHING)
+        return action if action is not None and action.finished_at is not None else None
+
+    return wait_for(over, timeout, f"the launch of {instance_id} over")
