@@ -12,7 +12,7 @@ from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.engine import MAX_RETRY_BACKOFF_SECONDS, Outcome, ended_with_its_instance
 from nodecycle.domain.errors import AccessRefused, TransientError, retry_after_wait
 from nodecycle.domain.model import LifecycleRecord, Step
-from nodecycle.domain.nodes import NodeFinder, NodeUnreadable
+from nodecycle.domain.nodes import SAME_BOOT_AFTER, NodeFinder, NodeUnreadable
 from nodecycle.domain.policy import ReadinessPolicy
 from nodecycle.domain.ports.cluster import Cluster, Events, NodeInfo, Refused
 from nodecycle.domain.ports.instances import DOWN_STATES, Instances
@@ -47,14 +47,7 @@ NO_LEASE = "none"
 BOOT_SEEN = "boot_seen"
 NO_BOOT = "none"
 # A launch told without Origin on a node older than it (see _older_than_its_launch) may be of an instance resumed from
-# a Hibernated warm pool: no boot, the boot id of the gate's first read kept, its kubelet running on and posting its
-# unchanged status again only at its next report (nodeStatusReportFrequency, 5 minutes). A rebooted kubelet's first
-# status update comes at its status loop's first sync, which runs beside its Lease controller (Kubelet.Run) and
-# always posts (tryUpdateNodeStatus: no report made yet), once its registration of the existing node (a create
-# refused and a get) is done. So a Lease renewed on for this long after the gate first found it renewed since its
-# first read, the boot id still that read's, is the kubelet of that boot running on (the node Lease's duration, four
-# of the kubelet's 10-s status syncs).
-SAME_BOOT_AFTER = timedelta(seconds=40)
+# a Hibernated warm pool: its kubelet of the boot of the gate's first read runs on (see nodes.SAME_BOOT_AFTER).
 # record.extra keys: when (the drain function's clock) the gate first found that, and the Lease's renewTime then
 SAME_BOOT_SINCE = "same_boot_since"
 SAME_BOOT_LEASE = "same_boot_lease"

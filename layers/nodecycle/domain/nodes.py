@@ -3,11 +3,21 @@
 from __future__ import annotations
 
 import logging
+from datetime import timedelta
 
 from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.model import LifecycleRecord
 from nodecycle.domain.ports.cluster import Cluster, NodeInfo, Refused
 from nodecycle.domain.ports.instances import Instances
+
+# How long a node's Lease must go on being renewed on the boot it had before its instance went down (its boot id
+# unchanged, its status not posted since) for its kubelet to be that boot's running on (an instance resumed from
+# hibernation: no boot, and on a node that never went Unknown nothing changed for it to post before its next report,
+# nodeStatusReportFrequency, 5 minutes) rather than a rebooted one that has not posted yet. A rebooted kubelet posts
+# its status at its status loop's first sync, which runs beside its Lease controller (Kubelet.Run) and always posts
+# (Kubelet.tryUpdateNodeStatus: no report made yet), once its registration of the existing node (a create refused and
+# a get) is done: within seconds. This is the node Lease's duration, four of the kubelet's 10-s status syncs.
+SAME_BOOT_AFTER = timedelta(seconds=40)
 
 PRIVATE_DNS = "private_dns"  # record.extra key: the instance's private DNS name, looked up once
 # record.extra key: the name of the instance's node when it is not the instance's private DNS name (a hostname

@@ -223,3 +223,40 @@ def test_a_node_whose_rebooted_kubelet_renewed_its_lease_before_its_status_stays
     assert (outcome.then, outcome.again) == (None, False)
     assert cluster.cordoned == set()
     assert (NODE, "UncordonedAfterMaintenance", "Normal") in events.written
+
+
+def test_a_node_whose_spot_instance_resumed_from_hibernation_is_uncordoned_before_its_kubelets_next_status_report() -> (
+    None
+):
+    # Given our node on boot BEFORE, its kubelet's last status report 2 minutes before the interruption, drained for a
+    # Spot interruption that hibernates its instance, its cleanup done
+    cluster = cordoned_for_spot()
+    old_beat = STRIKES - timedelta(minutes=2)
+    cluster.nodes[NODE] = cluster.nodes[NODE].model_copy(
+        update={"boot_id": BEFORE, "ready_heartbeat_at": old_beat}
+    )
+    ec2 = Ec2Maintenance(known={INSTANCE: "running"})
+    record = drained_for_spot("hibernate")
+    events = FakeEvents()
+    step = spot_cleanup(cluster, record, ec2, events)
+    _, watching = look(step, record, STRIKES - timedelta(seconds=5))
+
+    # When EC2 hibernates it, then resumes it within the node monitor's grace: the same boot, the node Ready with
+    # nothing changed for its kubelet to post before its next report (3 minutes on), its Lease renewed every 10 s
+    ec2.known = {INSTANCE: "stopped"}
+    cluster.leases[NODE] = STRIKES
+    _, watching = look(step, watching, STRIKES + timedelta(seconds=30))
+    ec2.known = {INSTANCE: "running"}
+    lifted = None
+    for seconds in range(60, 180, 10):
+        cluster.leases[NODE] = STRIKES + timedelta(seconds=seconds - 5)
+        outcome, watching = look(step, watching, STRIKES + timedelta(seconds=seconds))
+        if not outcome.again:
+            lifted = seconds
+            break
+
+    # Then the cordon is lifted once the Lease has been renewed on for 40 s on that boot (found back at 60 s, renewed
+    # since at 70 s), not at that next report
+    assert lifted == 110
+    assert cluster.cordoned == set()
+    assert (NODE, "UncordonedAfterSpotInterruption", "Normal") in events.written

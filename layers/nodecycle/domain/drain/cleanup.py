@@ -43,6 +43,7 @@ from nodecycle.domain.model import (
     global_deadline,
     may_carry_over,
 )
+from nodecycle.domain.nodes import SAME_BOOT_AFTER
 from nodecycle.domain.ports.budget import Slots
 from nodecycle.domain.ports.cluster import Claim, Cluster, Events, NodeInfo, Refused
 from nodecycle.domain.ports.instances import GONE_STATES, STOP_STATES, MaintainedInstances, ScheduledEvent, up
@@ -109,6 +110,10 @@ NO_LEASE = "none"
 # record.extra key: the node's Ready lastHeartbeatTime (NO_LEASE: none told) at that same first look: a status posted
 # since is a kubelet's of now, a renewed Lease alone is not (see Cleanup._kubelet_back)
 HEARTBEAT_AT_OVER = "heartbeat_at_over"
+# record.extra keys: when (the drain function's clock) a watch first found the Lease renewed since that first look, the
+# status not posted since, on the boot from before, and the Lease's renewTime then (see Cleanup._kubelet_back)
+SAME_BOOT_SINCE = "same_boot_since"
+SAME_BOOT_LEASE = "same_boot_lease"
 # Auto Scaling lifecycle states (prefixes) of an instance that is not coming back to its group's service after
 # a maintenance: terminated, detached, or gone into its warm pool (a wider set than the engine's
 # TERMINATION_STATES, which says only whether a launch action ended with its instance)
@@ -642,7 +647,7 @@ class Cleanup:
         later = [event.not_before for event in listed if event.not_before > max(record.global_deadline, now)]
         kubelet_back = True
         if not ahead and back:
-            kubelet_back, extra = self._kubelet_back(node, record, watching["extra"])
+            kubelet_back, extra = self._kubelet_back(node, record, watching["extra"], now)
             watching = {"extra": extra}
         if not ahead and later:
             if (
@@ -680,7 +685,13 @@ class Cleanup:
         return Outcome.wait(delay, **watching)
 
     def _kubelet_back(
-        self, node: NodeInfo, record: LifecycleRecord, extra: dict[str, Any]
+        self,
+        node: NodeInfo,
+        record: LifecycleRecord,
+        extra: dict[str, Any],
+        now: datetime,
+        *,
+        rebooted: bool = False,
     ) -> tuple[bool, dict[str, Any]]:
         """Whether the Ready of a node whose maintenance is over (or whose Spot instance EC2 started again) is its
         kubelet's of now, with the watch's extra to keep. EC2 lists a reboot completed as it carries it out
@@ -702,7 +713,13 @@ class Cleanup:
         readiness gate found: launch._posted_since_the_reboot). So the Ready must be posted since that first look
         too: its lastHeartbeatTime changed (HEARTBEAT_AT_OVER), which a kubelet of the same boot that ran all along
         does at its next status report (nodeStatusReportFrequency, 5 minutes at most). A node that tells no
-        heartbeat leaves the Lease alone to tell, as before."""
+        heartbeat leaves the Lease alone to tell, as before.
+
+        A kubelet of the same boot that runs on (a maintenance called off, an instance resumed from hibernation within
+        the node monitor's grace: its node never went Unknown) has nothing changed to post before that next report,
+        while a rebooted one posts at its first status sync: a Lease renewed on for SAME_BOOT_AFTER since a look first
+        found it renewed, and again since, is that kubelet's (the cordon kept up to 5 minutes on a node in service
+        otherwise). Not after a root volume replacement (``rebooted``): it always reboots."""
         before = record.extra.get(BOOT_BEFORE)
         if not before or not node.boot_id or node.boot_id != before:
             return True, extra
@@ -726,7 +743,23 @@ class Cleanup:
             # (a watch whose first look kept no heartbeat, from a release before it was kept: this look's is its first)
             return False, {**extra, HEARTBEAT_AT_OVER: beat}
         posted = node.ready_heartbeat_at is None or beat != beat_seen
-        return renewed is not None and stamp != seen and posted, extra
+        renewed_since = renewed is not None and stamp != seen
+        if not renewed_since or posted or rebooted:
+            return renewed_since and posted, extra
+        since = extra.get(SAME_BOOT_SINCE)
+        if since is None:
+            return False, {**extra, SAME_BOOT_SINCE: now.isoformat(), SAME_BOOT_LEASE: stamp}
+        ran_on = now >= datetime.fromisoformat(str(since)) + SAME_BOOT_AFTER and stamp != extra.get(
+            SAME_BOOT_LEASE
+        )
+        if ran_on:
+            log.info(
+                "node %s says Ready on the boot from before (%s), its Lease renewed on for %.0f s: its kubelet runs on",
+                node.name,
+                node.boot_id,
+                SAME_BOOT_AFTER.total_seconds(),
+            )
+        return ran_on, extra
 
     def _moved(
         self, node: NodeInfo, record: LifecycleRecord, starts: datetime, back: bool, now: datetime
@@ -810,7 +843,7 @@ class Cleanup:
         if started_again and state == "running" and in_group == "InService" and node.ready:
             # (a stop and start within the node monitor's grace leaves the node Ready as the kubelet left it before
             # the stop, while the instance boots: see _kubelet_back)
-            kubelet_back, extra = self._kubelet_back(node, record, extra)
+            kubelet_back, extra = self._kubelet_back(node, record, extra, now)
         if started_again and state == "running" and in_group == "InService" and node.ready and kubelet_back:
             return self._lift_told(
                 node,
@@ -859,7 +892,7 @@ class Cleanup:
         # the reboot, and took the new boot's id for the old one's; see _kubelet_back)
         booted, extra = True, watching["extra"]
         if in_group == "InService" and node.ready:
-            booted, extra = self._kubelet_back(node, record, extra)
+            booted, extra = self._kubelet_back(node, record, extra, now, rebooted=True)
         if in_group == "InService" and node.ready and booted:
             return self._lift_told(
                 node,
