@@ -168,11 +168,24 @@ def _full_drain(policy: DrainPolicy) -> timedelta:
     return policy.timeout + _tail(policy)
 
 
+def _maintenance_tail(policy: DrainPolicy) -> timedelta:
+    """What a maintenance's drain needs after its timeout: the forced pods' grace, the looks at the force's
+    deadline and at that grace's end, and the load balancer delay, all before the maintenance starts. No action is
+    completed for it, so neither the engine's settle margin nor a stuck pod's wait (the maintenance takes the
+    instance whatever is left on it) is kept before its start."""
+    return timedelta(seconds=policy.force_grace) + LOOK_SLACK + policy.lb_deregistration_delay
+
+
 def _deadline_cap(record: LifecycleRecord, policy: DrainPolicy) -> datetime:
     """The latest a drain's deadline may be: where its timeout policy still has time to act before the
-    action's global timeout (a Spot interruption's two minutes end sooner)."""
+    action's global timeout (a Spot interruption's two minutes end sooner). A maintenance's global deadline is its
+    start, and nothing is completed there: capped as a hook's (its tail over eight minutes with the defaults), a
+    drain MaintenanceLeadMinutes=1 ahead had its deadline past before it began, and its timeout policy deleted what
+    the PodDisruptionBudgets held a second into it, a minute before the start."""
     if record.transition is Transition.SPOT_INTERRUPTION:
         return record.global_deadline - SPOT_MARGIN
+    if record.transition is Transition.SCHEDULED_CHANGE:
+        return record.global_deadline - _maintenance_tail(policy)
     return record.global_deadline - _tail(policy)
 
 
