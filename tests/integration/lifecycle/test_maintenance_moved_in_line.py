@@ -31,11 +31,10 @@ LEAD_MINUTES = 6
 # The maintenances start a lead time and 5 s from now: their drains are due 5 s on, the one slot held by another stack
 # already (due before intake takes them in, on a loaded machine, they join the line as soon as it does; it was 15 s,
 # waited out before every look below). A waiter looks at EC2 a quarter of the lead time into line (90 s), and stands
-# there until its action's end forces it past the budget a whole drain before its start: 182 s with these settings (a
-# 20 s drain timeout, 2 s force grace, the stuck pods' 60 s, 5 s of look slack, and the engine's settle margin of
-# 95 s: the heartbeat margin and a 90 s redelivery; drain/common._full_drain), some 3 minutes into line, a minute and a
-# half after its look. (It was a 7-minute lead, the look at 105 s: a lead shorter than 6 minutes brings the force
-# within a minute of the look, too close on a loaded machine; 5 minutes, 75 s and 118 s.)
+# there until its start forces it past the budget a whole drain before it: 27 s with these settings (a 20 s drain
+# timeout, 2 s force grace, 5 s of look slack: a maintenance completes no action, so neither the stuck pods' minute
+# nor the engine's settle margin counts; drain/common._tail_of), some 5 minutes into line, well after its look. (It
+# was 182 s, a hook's tail, some 3 minutes into line; a 7-minute lead before that, the look at 105 s.)
 STARTS_IN = LEAD_MINUTES * 60 + 5.0
 LOOK_IN_LINE = LEAD_MINUTES * 60 / 4
 MOVED_BY = 3600.0  # how much later the customer moves the first reboot

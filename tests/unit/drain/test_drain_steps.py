@@ -874,6 +874,24 @@ def test_a_cordon_near_the_global_timeout_leaves_the_timeout_policy_time_to_act(
     )
 
 
+def test_a_maintenance_drain_keeps_before_its_start_only_what_its_force_needs() -> None:
+    # Given a full budget, and a maintenance 15 minutes away (its drain timeout 600 s, force grace 5 s): no action
+    # is completed for it, so a whole drain (its timeout, the force's grace, 5 s for the looks) fits before it
+    start = T0 + timedelta(minutes=15)
+    cluster, slots = FakeCluster(nodes={NODE: node()}), FakeSlots(room=1, holders={"other-node"})
+    # When it asks for a slot
+    outcome = acquire(cluster, slots)(maintenance(Step.ACQUIRE_SLOT, start, node=None), T0)
+    # Then it waits in line, not taken past the budget as a hook's action would be, whose settle margin and stuck
+    # pod's minute do not fit in those 15 minutes
+    (asked,) = slots.requests
+    assert not asked.force
+    assert outcome.again
+    # And, cordoned 5 minutes before its start, it evicts under the PodDisruptionBudgets until the force must act
+    # for its pods' grace to be over by the start, not until a hook's tail (8 minutes here) before it: past at once
+    cordoned = cordon(cluster)(maintenance(Step.CORDON, start, node=NODE), start - timedelta(minutes=5))
+    assert cordoned.changes["drain_deadline"] == start - timedelta(seconds=5 + 5)
+
+
 def test_a_node_another_owner_drains_is_left_alone_until_our_drain_timeout() -> None:
     # Given a node that another nodecycle stack has claimed, and holds in the budget
     cluster, slots = FakeCluster(nodes={NODE: node(owner="stack-b")}), FakeSlots(others={NODE: "stack-b"})
