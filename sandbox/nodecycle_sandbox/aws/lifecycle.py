@@ -293,10 +293,12 @@ class LifecycleEmulator:
             del self.backend.lifecycle_hooks[key]
 
     def hooks(self, group: str, transition: str) -> list[LifecycleHook]:
+        # Read from the backend's store, not through DescribeLifecycleHooks, which refuses a group it does not know:
+        # CreateAutoScalingGroup launches its desired capacity before moto registers the group (which has no hook yet)
         return [
             hook
-            for hook in self.backend.describe_lifecycle_hooks(group)
-            if hook.lifecycle_transition == transition
+            for hook in self.backend.lifecycle_hooks.values()
+            if hook.auto_scaling_group_name == group and hook.lifecycle_transition == transition
         ]
 
     # -- launching ------------------------------------------------------------------------------

@@ -29,6 +29,29 @@ def test_a_group_spreads_its_instances_across_its_zones(aws: Emulation) -> None:
     }
 
 
+def test_a_group_created_with_a_desired_capacity_launches_it_at_once(aws: Emulation) -> None:
+    # When a group is created with two instances desired (CreateAutoScalingGroup's DesiredCapacity, no hook yet: the
+    # call launches them, as Auto Scaling does; the emulation looked up the group's hooks before moto had registered
+    # it, and refused the whole call with "AutoScalingGroup name not found")
+    aws.autoscaling.create_launch_configuration(
+        LaunchConfigurationName="at-once", ImageId="ami-12c6146b", InstanceType="t3.micro"
+    )
+    aws.autoscaling.create_auto_scaling_group(
+        AutoScalingGroupName="at-once",
+        LaunchConfigurationName="at-once",
+        MinSize=0,
+        MaxSize=4,
+        DesiredCapacity=2,
+        AvailabilityZones=["eu-west-1a"],
+    )
+
+    # Then the group has its two instances
+    (group,) = aws.autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=["at-once"])[
+        "AutoScalingGroups"
+    ]
+    assert len(group["Instances"]) == 2
+
+
 def test_scale_in_goes_through_the_terminate_hook(aws: Emulation) -> None:
     # Given four instances in service and a terminate hook
     group = aws.group(TERMINATE_HOOK, size=4)
