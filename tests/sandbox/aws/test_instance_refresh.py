@@ -11,6 +11,7 @@ from botocore.exceptions import ClientError
 
 from nodecycle_sandbox.aws import LAUNCHING, TERMINATING
 from nodecycle_sandbox.aws.group import HookSpec, WarmPoolSpec, wait_for
+from nodecycle_sandbox.aws.lifecycle import ROOT_VOLUME_REBOOT_SECONDS
 
 from .conftest import Emulation
 
@@ -119,7 +120,8 @@ def test_a_refresh_replacing_root_volumes_keeps_its_instances_held_by_the_termin
 
     # When a refresh replaces their root volumes, one at a time
     refresh_id = group.start_refresh(min_healthy_percentage=50, strategy=REPLACE_ROOT_VOLUME)
-    timeline = group.wait_refresh(refresh_id, timeout=15)
+    # (each replacement takes the instance down ROOT_VOLUME_REBOOT_SECONDS, one after the other: 15 s and more)
+    timeline = group.wait_refresh(refresh_id, timeout=15 + 2 * ROOT_VOLUME_REBOOT_SECONDS)
 
     # Then it succeeded with the same instances, each replaced once, and in service again
     assert timeline.status == "Successful"
