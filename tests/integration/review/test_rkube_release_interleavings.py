@@ -47,6 +47,9 @@ def kube() -> Iterator[tuple[KubeCluster, Any]]:
         assert read is not None
         claim = cluster.claim_node(read, owner=OWNER, in_progress=PROGRESS, cordon=True, exclude_from_lb=True)
         assert claim is Claim.CLAIMED
+        # (the controller's unschedulable taint on the cordoned node: a write that would race a test's next one, and
+        # make its read stale: a 409, as on a real cluster, where the caller reads again)
+        server.settle()
         yield cluster, admin
         admin.api_client.close()
 
