@@ -212,16 +212,20 @@ class Ec2Addresses:
             return answer_lost(error.__cause__)
         return True
 
+    def _listed(self, allocation_id: str) -> list[Any]:
+        """The address as EC2 lists it: none once it is gone (released, or never known)."""
+        try:
+            with transient_errors("describing an Elastic IP"):
+                found = self._ec2().describe_addresses(AllocationIds=[allocation_id])
+        except ClientError as error:
+            if error_code(error) == _NOT_FOUND:
+                return []
+            raise
+        return list(found.get("Addresses") or [])
+
     def _allocation_gone(self, allocation_id: str) -> _Gone:
         def gone() -> type[AddressError] | None:
-            try:
-                with transient_errors("describing an Elastic IP"):
-                    found = self._ec2().describe_addresses(AllocationIds=[allocation_id])
-            except ClientError as error:
-                if error_code(error) == _NOT_FOUND:
-                    return AddressNotFound
-                raise
-            return None if found.get("Addresses") else AddressNotFound
+            return None if self._listed(allocation_id) else AddressNotFound
 
         return gone
 
@@ -244,14 +248,7 @@ class Ec2Addresses:
         a pool launch would go on past each address of its pool, telling each refused to the pool's line."""
 
         def gone() -> AddressError | type[AddressError] | None:
-            try:
-                with transient_errors("describing an Elastic IP"):
-                    found = self._ec2().describe_addresses(AllocationIds=[allocation_id])
-            except ClientError as error:
-                if error_code(error) == _NOT_FOUND:
-                    return AddressNotFound
-                raise
-            listed = found.get("Addresses") or []
+            listed = self._listed(allocation_id)
             if not listed:
                 return AddressNotFound
             with transient_errors("describing an instance"):
