@@ -82,13 +82,19 @@ def test_the_gate_of_a_new_instance_opens_on_its_kubelets_first_renewal_as_befor
 OLD_BOOT, NEW_BOOT = "boot-before-the-reboot", "boot-after-the-reboot"
 
 
-def test_the_gate_after_a_root_volume_replacement_waits_for_the_rebooted_kubelets_status_not_its_lease() -> (
-    None
-):
+@pytest.mark.parametrize(
+    "last_report",
+    [timedelta(minutes=4), timedelta(seconds=6)],
+    ids=["4 minutes before", "6 s before: more than the clock skew allowed, its instance went down since"],
+)
+def test_the_gate_after_a_root_volume_replacement_waits_for_the_rebooted_kubelets_status_not_its_lease(
+    last_report: timedelta,
+) -> None:
     # Given a launch back from a root volume replacement begun at T0, its node still Ready from before the reboot (the
-    # old boot's id, a heartbeat of 4 minutes before), the rebooted kubelet renewing the Lease from 5 s after T0 on
-    # but posting the node's status (the new boot's id, a new heartbeat) only 20 s after T0
-    before = node(boot_id=OLD_BOOT, ready_heartbeat_at=T0 - timedelta(minutes=4))
+    # old boot's id, the old kubelet's last status report ``last_report`` before T0), the rebooted kubelet renewing
+    # the Lease from 5 s after T0 on but posting the node's status (the new boot's id, a new heartbeat) only 20 s
+    # after T0
+    before = node(boot_id=OLD_BOOT, ready_heartbeat_at=T0 - last_report)
     cluster = KubeletCluster(
         nodes={NODE: before},
         first=T0 - timedelta(seconds=303),
@@ -102,7 +108,8 @@ def test_the_gate_after_a_root_volume_replacement_waits_for_the_rebooted_kubelet
     # When the gate polls every 5 s
     opened = poll_gate(gate, cluster, until=120, joins={20: posted}, record=record)
 
-    # Then it opens at its first poll after that status, not at the first renewal of the rebooted kubelet's Lease
+    # Then it opens at its first poll after that status, not at the first renewal of the rebooted kubelet's Lease,
+    # nor on the old kubelet's heartbeat
     assert opened == 20
 
 
@@ -147,28 +154,3 @@ def test_the_gate_after_a_root_volume_replacement_takes_a_status_posted_as_the_l
     # Then it opens once the Lease is renewed since its first read, as for a heartbeat stamped after the launch began
     # by Auto Scaling's clock: not at its timeout, the instance abandoned and replaced under ABANDON
     assert opened == 10
-
-
-def test_the_gate_after_a_root_volume_replacement_takes_no_heartbeat_of_the_old_kubelet_for_the_rebooted_ones() -> (
-    None
-):
-    # Given a launch back from a root volume replacement begun at T0, its node still Ready from before the reboot (the
-    # old boot's id), the old kubelet's last status report 6 s before the launch began (more than the clock skew
-    # allowed: its instance went down since), the rebooted kubelet renewing the Lease from 5 s after T0 on but posting
-    # the node's status only 20 s after T0
-    before = node(boot_id=OLD_BOOT, ready_heartbeat_at=T0 - timedelta(seconds=6))
-    cluster = KubeletCluster(
-        nodes={NODE: before},
-        first=T0 - timedelta(seconds=303),
-        stopped=REBOOTED,
-        restarted=T0 + timedelta(seconds=5),
-    )
-    gate = gate_on(cluster, Dns(), readiness(readiness_timeout_seconds="120", drain_poll_seconds="5"))
-    record = launching(origin=GROUP, destination=GROUP, started_at=T0, received_at=T0 + timedelta(seconds=1))
-    posted = before.model_copy(update={"boot_id": NEW_BOOT, "ready_heartbeat_at": T0 + timedelta(seconds=20)})
-
-    # When the gate polls every 5 s
-    opened = poll_gate(gate, cluster, until=120, joins={20: posted}, record=record)
-
-    # Then it opens once the rebooted kubelet posted its status, not on the old kubelet's heartbeat
-    assert opened == 20
