@@ -585,27 +585,25 @@ class LifecycleEmulator:
 
     def instance_started(self, instance_id: str, *, boot: float = 0.0) -> None:
         """The instance runs again: its kubelet is back `boot` seconds later (its node, Ready again)."""
-        history = self.instances.get(instance_id)
-        if history is None or self.nodes is None:
-            return
-        if boot > 0:
-            timer = threading.Timer(boot, self.nodes.instance_started, args=(history.node_name,))
-            timer.daemon = True
-            timer.start()
-        else:
-            self.nodes.instance_started(history.node_name)
+        if self.nodes is not None:
+            self._to_its_node(instance_id, self.nodes.instance_started, after=boot)
 
     def instance_resumed(self, instance_id: str, *, after: float = 0.0) -> None:
         """The instance resumes from hibernation: its kubelet runs on ``after`` seconds later, on the same boot."""
+        if self.nodes is not None:
+            self._to_its_node(instance_id, self.nodes.instance_resumed, after=after)
+
+    def _to_its_node(self, instance_id: str, act: Callable[[str], None], *, after: float) -> None:
+        """``act`` on the instance's node (by its name) ``after`` seconds from now, or at once."""
         history = self.instances.get(instance_id)
-        if history is None or self.nodes is None:
+        if history is None:
             return
         if after > 0:
-            timer = threading.Timer(after, self.nodes.instance_resumed, args=(history.node_name,))
+            timer = threading.Timer(after, act, args=(history.node_name,))
             timer.daemon = True
             timer.start()
         else:
-            self.nodes.instance_resumed(history.node_name)
+            act(history.node_name)
 
     def scale_in(self, group: FakeAutoScalingGroup, count: int) -> None:
         for state in self._victims(group, count):
