@@ -80,8 +80,8 @@ def test_every_check_refused_is_one_line_naming_the_permission(monkeypatch: pyte
     # When the doctor examines the stack
     findings = Doctor(args, session, from_description(described, REGION)).examine()
 
-    # Then it asked AWS for each of its reads, and each check is one it could not make: one line that names the
-    # permission AWS refused and says to grant it (none a problem: nothing was found missing)
+    # Then it asked AWS for each of its reads, and each check that reads AWS is one it could not make: one line
+    # that names the permission AWS refused and says to grant it (none a problem: nothing was found missing)
     assert {"cloudformation:DescribeStacks", "events:DescribeRule", "sqs:GetQueueAttributes"} <= set(asked)
     assert {
         "lambda:GetFunctionConcurrency",
@@ -89,6 +89,8 @@ def test_every_check_refused_is_one_line_naming_the_permission(monkeypatch: pyte
         "dynamodb:Query",
         "autoscaling:DescribeAutoScalingGroups",
     } <= set(asked)
+    # (the checks of the parameters against one another read only the stack's description, already read)
+    findings = [f for f in findings if not f.check.startswith("settings.")]
     assert findings
     assert [f for f in findings if f.status is not Status.UNCHECKED] == []
     for finding in findings:

@@ -66,7 +66,7 @@ from nodecycle_cli.deployment import (
     session,
     stack_named_by,
 )
-from nodecycle_cli.doctor import aws_checks, cluster_checks, drainers, function_checks
+from nodecycle_cli.doctor import aws_checks, cluster_checks, drainers, function_checks, settings_checks
 from nodecycle_cli.doctor.findings import Finding, Status, as_json, exit_status, render
 from nodecycle_cli.doctor.permissions import Identity
 from nodecycle_cli.failures import CommandError, explain
@@ -212,6 +212,9 @@ class Doctor:
                     aws_checks.shared_groups(self.client("cloudformation"), deployment),
                     aws_checks.split_budget(self.client("cloudformation"), deployment),
                 ],
+            )
+            findings += self._guard(
+                "settings.maintenance-lead", lambda: [settings_checks.maintenance_lead(deployment)]
             )
             for what, output in RULE_OUTPUTS:
                 # one rule at a time: one that may not be read hides nothing of the other's state
