@@ -35,8 +35,9 @@ def aws() -> Iterator[boto3.Session]:
 
 
 def examined(aws: boto3.Session, **values: str) -> list[Finding]:
-    """The doctor's findings of this check on a nodecycle stack whose parameters are ``values`` (those not given
-    left out of its description, as a stack from an older template has them)."""
+    """The doctor's findings of this check on a nodecycle stack of cluster prod whose parameters are ``values``
+    (those not given left out of its description, as a stack from an older template has them)."""
+    values = {"ClusterName": "prod", **values}
     template = {
         "Parameters": {name: {"Type": "String"} for name in values},
         "Resources": {"Queue": {"Type": "AWS::SQS::Queue"}},
@@ -91,7 +92,7 @@ def test_a_stack_that_leaves_the_parameters_to_the_templates_defaults_is_judged_
     aws: boto3.Session,
 ) -> None:
     # The defaults: 60 minutes ahead, a 900 s drain: fits
-    assert [f.status for f in examined(aws, ClusterName="prod")] == [Status.OK]
+    assert [f.status for f in examined(aws)] == [Status.OK]
 
 
 def test_the_default_lead_is_too_short_for_a_drain_timeout_of_two_hours(aws: boto3.Session) -> None:
@@ -108,3 +109,11 @@ def test_a_lead_of_zero_drains_each_maintenance_at_its_start_and_is_a_warning(aw
 
     assert [f.status for f in found] == [Status.WARNING]
     assert "MaintenanceLeadMinutes=2" in found[0].fix
+
+
+def test_a_stack_without_a_cluster_drains_no_maintenance_and_is_fine(aws: boto3.Session) -> None:
+    # Given a stack for a fleet without Kubernetes (EIPs only): no node to drain, whatever the lead
+    found = examined(aws, ClusterName="", MaintenanceLeadMinutes="0")
+
+    assert [f.status for f in found] == [Status.OK]
+    assert "ClusterName" in found[0].what

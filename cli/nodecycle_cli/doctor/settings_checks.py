@@ -23,10 +23,13 @@ def maintenance_lead(deployment: Any) -> Finding:
     capped so that the forced pods' grace, the drain's looks (the product's LOOK_SLACK) and the load balancer delay
     are over by the start (domain/drain/common.py, its maintenance tail). A lead shorter than that and the drain
     timeout leaves no drain its whole timeout: each takes its budget slot at once, room or not (no wait in line
-    fits), and force deletes what it has not evicted by its capped deadline, PodDisruptionBudgets or not."""
+    fits), and force deletes what it has not evicted by its capped deadline, PodDisruptionBudgets or not. A stack
+    without a cluster (EIPs only) drains nothing."""
     from nodecycle.domain.drain.common import LOOK_SLACK
 
     check = "settings.maintenance-lead"
+    if not deployment.cluster:
+        return Finding.ok(check, "this stack has no cluster (ClusterName empty): no maintenance is drained")
     value = {name: deployment.number(name, default) for name, default in _DEFAULTS.items()}
     lead = value["MaintenanceLeadMinutes"]
     looks = int(LOOK_SLACK.total_seconds())
