@@ -520,6 +520,33 @@ def test_a_pod_deleted_before_its_drains_timeout_counted_from_the_cordon_is_a_vi
     assert "precedence" not in _judged(_observation([*history, deleted(T0 + 33)], actions=actions))
 
 
+def test_a_maintenance_drains_force_before_its_timeout_or_long_before_its_start_is_a_violation() -> None:
+    # Given a scheduled maintenance of i-1 starting at 300 s, and no lifecycle action of it: a maintenance's drain
+    # completes none, so its deadline is capped only by what the force needs before the start (force grace, looks)
+    starts = T0 + 300
+    instances = [InstanceHistory("i-1", "g", "eu-west-1a", NODE, T0, T0)]
+
+    def judged(cordoned: float, deleted: float) -> set[str]:
+        history = [
+            _pod(T0, "web-1"),
+            _node(cordoned, owner="chaos-a", cordoned=True),
+            replace(_pod(deleted, "web-1", removed=True), source="api"),
+        ]
+        return _judged(
+            _observation(history, actions=[], instances=instances, outcomes={}, maintenances={"i-1": starts})
+        )
+
+    # When its drain, cordoned 110 s before the start, forces its pod 100 s before it: 10 s into the drain's 20 s
+    # (a hook's cap, two minutes before its global timeout, let that through)
+    assert "precedence" in judged(starts - 110, starts - 100)
+    # And when its drain, cordoned 15 s before the start, forces 12 s before it: the force's grace and looks end
+    # 7 s before the start, so its deadline was 3 s ahead
+    assert "precedence" in judged(starts - 15, starts - 12)
+    # But forced once its drain's timeout was over, or at the cap the start puts on it, nothing is wrong
+    assert "precedence" not in judged(starts - 110, starts - 89)
+    assert "precedence" not in judged(starts - 15, starts - 8)
+
+
 def test_the_steps_between_a_slots_grant_and_its_cordons_first_try_are_allowed_up_to_a_waiters_longest_ask() -> (
     None
 ):

@@ -113,6 +113,12 @@ RELEASE_FAILING_COST = 10.0 + 5.0 + 5.0
 # grace, a stuck pod's margin of 60 s, 5 s for its looks (LOOK_SLACK), the load balancer delay, 0 here, and the
 # engine's settle margin, 34 s under the campaign's settings), rounded up: a later cap would call a forced delete early that was not.
 DRAIN_TAIL_LONGEST = 120.0
+# The most a scheduled maintenance's drain deadline is capped before the maintenance starts: no action is completed
+# for it, so the product keeps only the force grace, 5 s for its looks and the load balancer delay (0 here) before
+# the start (domain/drain/common.py, _maintenance_tail), and a second more: the product reads the start in whole
+# seconds (AWS Health's and EC2's times), up to a second before the world's. A hook's DRAIN_TAIL_LONGEST there would
+# let a maintenance's force delete pods two minutes before it had to.
+MAINTENANCE_TAIL_LONGEST = FORCE_GRACE + 5.0 + 1.0
 # Times from two processes' clocks (the API server's history, the Auto Scaling emulation's), one machine's
 CLOCK_SLACK = 0.05
 # The API server's faults that leave a request undone (a slow answer or a lost response did it); a 409 storm's
@@ -720,7 +726,8 @@ def _forced_from(o: Observation) -> dict[str, float]:
     the budget had granted it its slot (the product's drain time runs since its first try, and the cordon reads
     the node before it patches it), whichever is first. (A read of the node failed before the grant is the slot's
     ask, no drain yet.) Its deadline is capped before the action's global timeout, where the policy still has time
-    to act (``DRAIN_TAIL_LONGEST``). A node with no drain has no such moment. A first cordon that lands begins
+    to act (``DRAIN_TAIL_LONGEST``); a scheduled maintenance's drain, from its node's first cordon before the
+    start, is capped only by the force's needs before the start (``MAINTENANCE_TAIL_LONGEST``). A node with no drain has no such moment. A first cordon that lands begins
     the drain when it lands, however long its step took to read the node and confirm its slot before the PATCH (a
     slow API server, ``kube-slow``): the pods are promised the whole drain timeout after the cordon, and the
     product dates its drain from the PATCH's answer (seeds 66 and 219 saw forced deletes early by that step's
@@ -756,6 +763,18 @@ def _forced_from(o: Observation) -> dict[str, float]:
         if cordons or tries:
             begun[node] = min(begun.get(node, float("inf")), *cordons, *tries)
             deadline[node] = action.global_deadline - DRAIN_TAIL_LONGEST
+    for instance, starts in o.maintenances.items():
+        # (a maintenance's drain: from its node's first cordon before the start, capped by the start; with a
+        # terminate action's drain on the node too, the earlier of the two moments, early never late)
+        node = nodes.get(instance)
+        cordons = [
+            e.time
+            for e in o.history
+            if e.kind == "Node" and e.name == node and e.unschedulable and o.acting_at <= e.time < starts
+        ]
+        if node is not None and cordons:
+            begun[node] = min(begun.get(node, float("inf")), *cordons)
+            deadline[node] = min(deadline.get(node, float("inf")), starts - MAINTENANCE_TAIL_LONGEST)
     return {node: min(at + DRAIN_TIMEOUT, deadline[node]) - skew for node, at in begun.items()}
 
 

@@ -189,6 +189,9 @@ class Observation:
     # The deployed stacks: stack name -> owner id. A function's role is named after its stack (``<stack>-<logical
     # id>``), and the API server records the user of each write (its assumed-role session): who wrote what.
     stacks: dict[str, str] = field(default_factory=dict)
+    # The scheduled maintenances of the story: instance id -> when EC2 starts it (its NotBefore, on this clock). No
+    # story of the campaign schedules one yet; a crafted observation does.
+    maintenances: dict[str, float] = field(default_factory=dict)
 
     @property
     def nodes_of(self) -> dict[str, str]:
