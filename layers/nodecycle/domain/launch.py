@@ -12,7 +12,7 @@ from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.engine import MAX_RETRY_BACKOFF_SECONDS, Outcome, ended_with_its_instance
 from nodecycle.domain.errors import AccessRefused, TransientError, retry_after_wait
 from nodecycle.domain.model import LifecycleRecord, Step
-from nodecycle.domain.nodes import SAME_BOOT_AFTER, NodeFinder, NodeUnreadable
+from nodecycle.domain.nodes import CLOCK_SKEW, SAME_BOOT_AFTER, NodeFinder, NodeUnreadable
 from nodecycle.domain.policy import ReadinessPolicy
 from nodecycle.domain.ports.cluster import Cluster, Events, NodeInfo, Refused
 from nodecycle.domain.ports.instances import DOWN_STATES, Instances
@@ -31,13 +31,12 @@ SCAN_EVERY = 6
 # A node not Ready yet may be the node of an instance terminated or stopped meanwhile (a scale-in, an operator,
 # a Spot interruption): EC2 is asked for its state once in SCAN_EVERY polls, and before the gate times out,
 # never while the node is Ready (its kubelet runs, so does its instance).
-# A Ready node counts only once its kubelet has renewed its Lease since the launch action started (less this,
+# A Ready node counts only once its kubelet has renewed its Lease since the launch action started (less CLOCK_SKEW,
 # for the clocks of the instance and of Auto Scaling, and an event time cut to the second). An instance taken
 # out of a Stopped warm pool finds its node object still Ready from before the stop for the 40-50 s the node
 # controller takes to mark it Unknown, while its kubelet has not run since. The Ready condition's own
 # lastHeartbeatTime cannot tell: a live kubelet posts node status only every 5 minutes, but renews its Lease
 # about every 10 s (a brand-new node's kubelet creates its Lease as it starts).
-CLOCK_SKEW = timedelta(seconds=5)
 # record.extra key: the Lease's renewTime at the gate's first read of it (NO_LEASE for none), kept for a launch
 # whose start cannot judge the kubelet's stamps (see _timed_by_intake).
 LEASE_SEEN = "lease_seen"

@@ -18,6 +18,9 @@ from nodecycle.domain.ports.instances import Instances
 # (Kubelet.tryUpdateNodeStatus: no report made yet), once its registration of the existing node (a create refused and
 # a get) is done: within seconds. This is the node Lease's duration, four of the kubelet's 10-s status syncs.
 SAME_BOOT_AFTER = timedelta(seconds=40)
+# How far a kubelet's clock (a Lease's renewTime) may be from the functions' own: a renewal is taken for one after a
+# moment only when stamped this much later (see launch.ReadinessGate, and the warm pool's watch in drain.cleanup)
+CLOCK_SKEW = timedelta(seconds=5)
 
 PRIVATE_DNS = "private_dns"  # record.extra key: the instance's private DNS name, looked up once
 # record.extra key: the name of the instance's node when it is not the instance's private DNS name (a hostname

@@ -1805,19 +1805,96 @@ def test_a_node_going_into_a_warm_pool_keeps_its_cordon_until_its_kubelet_is_gon
     assert (cluster.cordoned, cluster.nodes[NODE].released_for, slots.released) == (set(), None, [NODE])
 
 
-def test_a_node_back_from_the_warm_pool_before_its_kubelet_was_missed_is_uncordoned() -> None:
-    # Given our node kept cordoned for an instance stopped into the warm pool
+def test_a_node_back_from_the_warm_pool_before_its_kubelet_was_missed_is_uncordoned_once_its_kubelet_runs() -> (
+    None
+):
+    # Given our node kept cordoned for an instance stopped into the warm pool, its kubelet's last Lease renewal
+    # before the stop
     cluster = FakeCluster(nodes={NODE: node(owner="stack-a", in_progress="{}")}, cordoned={NODE})
+    cluster.leases[NODE] = T0 - timedelta(seconds=3)
     autoscaling = FakeAutoscaling(states={INSTANCE: "Warmed:Pending"})
     step = cleanup(cluster, FakeSlots(holders={NODE}), autoscaling)
     record = terminating(Step.CLEANUP, node=NODE, destination="WarmPool")
     watching = record.model_copy(update=step(record, T0).changes)
 
-    # When the instance is taken out of the pool again (a scale-out) while its node still looks Ready
+    # When the instance is taken out of the pool again (a scale-out) while its node still looks Ready, as the
+    # kubelet left it before the stop (the node monitor's grace not over), the instance not started yet
     autoscaling.states[INSTANCE] = "Pending:Wait"
-    step(watching, T0 + timedelta(seconds=30))
+    asleep = step(watching, T0 + timedelta(seconds=30))
+    watching = watching.model_copy(update=asleep.changes)
+    still = step(watching, T0 + timedelta(seconds=40))
 
-    # Then its node is schedulable again
+    # Then it stays cordoned, looked at again soon
+    assert (asleep.delay, still.delay) == (POOL_POLL_SECONDS, POOL_POLL_SECONDS)
+    assert cluster.cordoned == {NODE}
+
+    # and once its kubelet runs again (its Lease renewed), its node is schedulable again
+    cluster.leases[NODE] = T0 + timedelta(seconds=45)
+    assert step(watching, T0 + timedelta(seconds=50)).then is None
+    assert cluster.cordoned == set()
+
+
+@pytest.mark.parametrize("pool", ["Warmed:Hibernated", "Warmed:Stopped"])
+def test_a_node_resumed_out_of_a_stopped_pool_is_uncordoned_on_a_lease_renewed_after_the_instance_slept(
+    pool: str,
+) -> None:
+    # Given our node kept cordoned for an instance stopped (or hibernated) in its pool, its node still Ready (the
+    # node monitor's grace not over), seen so by the watch at T0 + 10 s
+    cluster = FakeCluster(nodes={NODE: node(owner="stack-a", in_progress="{}")}, cordoned={NODE})
+    cluster.leases[NODE] = T0 - timedelta(seconds=2)
+    autoscaling = FakeAutoscaling(states={INSTANCE: pool})
+    step = cleanup(cluster, FakeSlots(holders={NODE}), autoscaling)
+    record = terminating(Step.CLEANUP, node=NODE, destination="WarmPool")
+    watching = record.model_copy(update=step(record, T0).changes)
+    looked = step(watching, T0 + timedelta(seconds=10))
+    assert (looked.delay, cluster.cordoned) == (POOL_POLL_SECONDS, {NODE})
+    watching = watching.model_copy(update=looked.changes)
+
+    # When the instance leaves the pool, its Lease renewed by a kubelet's clock 4 s ahead within what the clocks
+    # may differ by after that look (the renewal from before the stop, maybe): kept
+    autoscaling.states[INSTANCE] = "Pending"
+    cluster.leases[NODE] = T0 + timedelta(seconds=14)
+    kept = step(watching, T0 + timedelta(seconds=20))
+    assert (kept.delay, cluster.cordoned) == (POOL_POLL_SECONDS, {NODE})
+
+    # Then a renewal stamped later than that, the instance running again, lifts it at the next look
+    cluster.leases[NODE] = T0 + timedelta(seconds=16)
+    assert step(watching, T0 + timedelta(seconds=20)).then is None
+    assert cluster.cordoned == set()
+
+
+def test_a_node_out_of_the_warm_pool_whose_lease_may_not_be_read_is_uncordoned_on_its_ready_alone() -> None:
+    # Given our node kept cordoned for an instance stopped in its pool, and an RBAC from before the Lease rule
+    cluster = FakeCluster(nodes={NODE: node(owner="stack-a", in_progress="{}")}, cordoned={NODE})
+    cluster.leases_refused = "leases is forbidden"
+    autoscaling = FakeAutoscaling(states={INSTANCE: "Warmed:Stopped"})
+    step = cleanup(cluster, FakeSlots(holders={NODE}), autoscaling)
+    record = terminating(Step.CLEANUP, node=NODE, destination="WarmPool")
+    watching = record.model_copy(update=step(record, T0).changes)
+
+    # When the instance leaves the pool, its node Ready
+    autoscaling.states[INSTANCE] = "Pending:Wait"
+
+    # Then its Ready alone tells, as before the rule (no cordon kept for ever)
+    assert step(watching, T0 + timedelta(seconds=10)).then is None
+    assert cluster.cordoned == set()
+
+
+def test_a_node_leaving_a_running_pool_is_uncordoned_at_once() -> None:
+    # Given our node kept cordoned for an instance that waits in a Running pool (its kubelet never stopped), its
+    # Lease renewed last before the watch's look
+    cluster = FakeCluster(nodes={NODE: node(owner="stack-a", in_progress="{}")}, cordoned={NODE})
+    cluster.leases[NODE] = T0 - timedelta(seconds=8)
+    autoscaling = FakeAutoscaling(states={INSTANCE: "Warmed:Running"})
+    step = cleanup(cluster, FakeSlots(holders={NODE}), autoscaling)
+    record = terminating(Step.CLEANUP, node=NODE, destination="WarmPool")
+    watching = record.model_copy(update=step(record, T0).changes)
+
+    # When a scale-out takes it out of the pool
+    autoscaling.states[INSTANCE] = "Pending:Wait"
+
+    # Then its node is schedulable at that look
+    assert step(watching, T0 + timedelta(seconds=10)).then is None
     assert cluster.cordoned == set()
 
 
@@ -2773,9 +2850,11 @@ def test_a_node_cordoned_and_excluded_before_the_claim_stays_so_when_it_comes_ba
 
     # and when its instance goes into the warm pool and comes back, the cordon and the label stay
     back = FakeAutoscaling(states={INSTANCE: "Pending"})  # taken out of the pool again
-    cleanup(cluster, FakeSlots(holders={NODE}, held_for={NODE: record.id}), back)(
-        record.model_copy(update={"step": Step.CLEANUP, **claimed.changes}), T0
-    )
+    step = cleanup(cluster, FakeSlots(holders={NODE}, held_for={NODE: record.id}), back)
+    watching = record.model_copy(update={"step": Step.CLEANUP, **claimed.changes})
+    watching = watching.model_copy(update=step(watching, T0).changes)
+    cluster.leases[NODE] = T0 + timedelta(seconds=5)  # (its kubelet running again)
+    step(watching, T0 + timedelta(seconds=10))
     assert cluster.patches[-1] == {"owner": None, "in_progress": None}
     assert (cluster.nodes[NODE].unschedulable, cluster.nodes[NODE].excluded_from_lb) == (True, True)
 

@@ -43,7 +43,7 @@ from nodecycle.domain.model import (
     global_deadline,
     may_carry_over,
 )
-from nodecycle.domain.nodes import SAME_BOOT_AFTER
+from nodecycle.domain.nodes import CLOCK_SKEW, SAME_BOOT_AFTER
 from nodecycle.domain.ports.budget import Slots
 from nodecycle.domain.ports.cluster import Claim, Cluster, Events, NodeInfo, Refused
 from nodecycle.domain.ports.instances import GONE_STATES, STOP_STATES, MaintainedInstances, ScheduledEvent, up
@@ -65,6 +65,14 @@ POOL_IDLE_POLL_SECONDS = 60
 # once Auto Scaling starts it again, as it takes it out of the pool. One that waits there running (Warmed:Running),
 # or is on its way there (Warmed:Pending:Proceed, not stopped yet), has a kubelet that may come back any time.
 STOPPED_IN_POOL = ("Warmed:Stopped", "Warmed:Hibernated")
+# record.extra keys of the warm pool's watch: the pool state a look last found the instance in; when a look last found
+# it stopped there (a renewal of its node's Lease stamped later than that, by more than CLOCK_SKEW, is a kubelet's
+# that runs again); and the Lease's renewTime (NO_LEASE: none) at the first look that found it out of the pool with
+# its node Ready, not renewed after such a look (renewed since that look: its kubelet runs again). See
+# Cleanup._kubelet_awake.
+POOL_STATE_SEEN = "pool_state_seen"
+POOL_ASLEEP_SEEN = "pool_asleep_seen"
+POOL_LEFT_LEASE = "pool_left_lease"
 # record.extra key: a node drained for scheduled maintenance, its cordon kept, watched since then for the moment
 # the maintenance is over
 MAINTENANCE_WATCH = "maintenance_watch"
@@ -576,7 +584,7 @@ class Cleanup:
         """Lift what this lifecycle set on the node once nothing can be scheduled on it before it is back in
         service: its instance is stopped (or hibernated) in the pool and its kubelet gone (NotReady: the node
         controller's taint keeps pods off until the instance is started, which only its leaving the pool does), or
-        the instance left the pool. Not for a node NotReady while its instance runs (in a Running pool, or not
+        the instance left the pool, its node NotReady or its kubelet running again (see _kubelet_awake). Not for a node NotReady while its instance runs (in a Running pool, or not
         stopped yet): a kubelet restarted, a runtime that hung, a network cut for a minute, and the node is Ready
         again with its instance still in the pool, schedulable, pods sent to an instance out of service that the
         pool's shrinking terminates undrained. Only while the node is still marked released for this lifecycle (a
@@ -594,10 +602,21 @@ class Cleanup:
                 node.name,
             )
             return Outcome.next()
-        if not state.startswith("Warmed:") or (state in STOPPED_IN_POOL and not node.ready):
+        left = not state.startswith("Warmed:")
+        if left and node.ready:
+            # Out of the pool, its node Ready: maybe still as the kubelet left it before the stop (see _kubelet_awake)
+            awake, extra = self._kubelet_awake(node, watching["extra"])
+            if not awake:
+                return Outcome.wait(POOL_POLL_SECONDS, extra=extra)
+        if left or (state in STOPPED_IN_POOL and not node.ready):
             if self._lift_set(node, record) is Claim.CONFLICT:
                 raise TransientError(CONFLICT)  # (the watch's failure: see _watch)
             return Outcome.next()
+        seen = {
+            POOL_STATE_SEEN: state,
+            **({POOL_ASLEEP_SEEN: now.isoformat()} if state in STOPPED_IN_POOL else {}),
+        }
+        watching = {"extra": {**watching["extra"], **seen}}
         if now - since < timedelta(seconds=POOL_WATCH_SECONDS):
             return Outcome.wait(POOL_POLL_SECONDS, **watching)
         if not record.extra.get(POOL_IDLE):
@@ -614,6 +633,46 @@ class Cleanup:
                 "cordoned until it leaves the pool, so that no pod runs on an instance out of service",
             )
         return Outcome.wait(POOL_IDLE_POLL_SECONDS, extra={**watching["extra"], POOL_IDLE: True})
+
+    def _kubelet_awake(self, node: NodeInfo, extra: dict[str, Any]) -> tuple[bool, dict[str, Any]]:
+        """Whether the kubelet of a Ready node whose instance left the warm pool runs again, with the watch's extra to
+        keep. An instance stopped or hibernated in the pool runs no kubelet until Auto Scaling takes it out (Pending,
+        Pending:Wait under the launch hooks) and EC2 has started or resumed it, tens of seconds later; its node says
+        Ready as the kubelet left it before the stop until the node monitor's grace (40 s) is over since its last
+        Lease renewal, and a hibernation shorter than that never turns it NotReady at all. Lifted as the instance left
+        the pool, the cordon went while the kubelet slept: pods were scheduled onto an instance that could not run
+        them (or lost them, failing to resume). A kubelet that runs renews its Lease every 10 s (and creates it again
+        if it is gone): a renewal stamped later than a look that found the instance stopped in the pool (by more than
+        CLOCK_SKEW, the kubelet's clock against this one), or one since the first look that found it out of the pool,
+        is a kubelet's that runs again. An instance last seen in a Running pool never stopped its kubelet; a Lease it
+        may not read (403: an RBAC from before the rule) leaves the Ready alone to tell, as the readiness gate does."""
+        # (a watch from before POOL_STATE_SEEN was kept: one gone idle found its node Ready for POOL_WATCH_SECONDS in
+        # the pool, which a stopped instance's is not)
+        if extra.get(POOL_STATE_SEEN, "Warmed:Running" if extra.get(POOL_IDLE) else None) == "Warmed:Running":
+            return True, extra
+        try:
+            renewed = self._cluster.lease_renewed_at(node.name)
+        except Refused as error:
+            log.warning(
+                "the Lease of node %s cannot be read (%s): its Ready alone tells that its kubelet runs again out of "
+                "the warm pool",
+                node.name,
+                error,
+            )
+            return True, extra
+        asleep = extra.get(POOL_ASLEEP_SEEN)
+        if renewed is not None and asleep and renewed > datetime.fromisoformat(str(asleep)) + CLOCK_SKEW:
+            return True, extra
+        stamp = renewed.isoformat() if renewed is not None else NO_LEASE
+        seen = extra.get(POOL_LEFT_LEASE)
+        if seen is None:
+            return False, {**extra, POOL_LEFT_LEASE: stamp}
+        awake = renewed is not None and stamp != seen
+        if not awake:
+            log.info(
+                "node %s says Ready out of the warm pool, its kubelet not running yet: cordon kept", node.name
+            )
+        return awake, extra
 
     def _lift_after_maintenance(self, record: LifecycleRecord, now: datetime) -> Outcome:
         """Lift what this lifecycle set on the node once the maintenance it drained for is over and the

@@ -1,0 +1,86 @@
+"""A node kept cordoned in a Hibernated warm pool, its instance taken out of the pool before its node went NotReady:
+the cordon stays until its kubelet runs again, not lifted as the instance leaves the pool while it still sleeps."""
+
+from __future__ import annotations
+
+import time
+
+import pytest
+
+from nodecycle_sandbox import Sandbox
+from tests.integration.lifecycle.harness import running, wait_for
+from tests.integration.lifecycle.test_warm_pool import (
+    LEASE_ALLOWANCE,
+    TAKES_BACK_HIBERNATED,
+    cordoned,
+    last_renewal,
+    lease_renewals,
+    node_object,
+    scaled_in_to_pool,
+    wait_launched_from_pool,
+)
+
+pytestmark = pytest.mark.slow
+
+# EC2 resumes a hibernated instance in tens of seconds: its kubelet runs again this long after the instance leaves
+# the pool, its node still Ready from before the pool meanwhile (the node monitor's grace is not over)
+RESUME_SECONDS = 15.0
+NODE_MONITOR_GRACE = 60.0
+
+
+def pool_left_at(sandbox: Sandbox, instance: str) -> float:
+    (history,) = [h for h in sandbox.aws.instances() if h.instance_id == instance]
+    assert history.pool_left_at, f"{instance} never left the pool"
+    return history.pool_left_at[-1]
+
+
+def uncordoned_at(sandbox: Sandbox, node: str, since: float) -> float:
+    """When the node was first written schedulable since ``since``."""
+    return next(
+        e.time
+        for e in sandbox.kube.history()
+        if e.kind == "Node"
+        and e.name == node
+        and e.time >= since
+        and not e.removed
+        and not e.object["spec"].get("unschedulable")
+    )
+
+
+def test_a_node_resumed_from_a_hibernated_pool_within_the_grace_stays_cordoned_until_its_kubelet_runs_again() -> (
+    None
+):
+    with running(size=3, warm_pool=TAKES_BACK_HIBERNATED, node_monitor_grace=NODE_MONITOR_GRACE) as sandbox:
+        # Given an instance the group scaled in to its hibernated pool, its node drained, kept cordoned and still
+        # Ready (the instance asleep for less than the node monitor's grace)
+        sandbox.aws.plan_nodes(join_after=RESUME_SECONDS)
+        sandbox.asg.set_desired(2)
+        instance, _, node, _ = scaled_in_to_pool(sandbox, "Warmed:Hibernated")
+        assert cordoned(node_object(sandbox, node))
+        # (its last renewal older than the readiness gate's allowance: EC2 takes a minute or more to hibernate an
+        # instance, which the sandbox does at once)
+        renewed_before = last_renewal(sandbox, node)
+        wait_for(
+            lambda: time.time() > renewed_before + LEASE_ALLOWANCE + 1,
+            30,
+            "the Lease older than the gate takes",
+        )
+
+        # When the group scales out again, well within the node monitor's grace: the instance leaves the pool
+        # (Pending, then Pending:Wait under the launch hook) and resumes RESUME_SECONDS later, asleep until then
+        sandbox.asg.set_desired(3)
+        wait_launched_from_pool(sandbox, instance)
+        wait_for(lambda: not cordoned(node_object(sandbox, node)), 60, "the node uncordoned")
+        left = pool_left_at(sandbox, instance)
+        wait_for(
+            lambda: [t for t in lease_renewals(sandbox, node) if t >= left], 60, "the kubelet running again"
+        )
+
+        # Then the cordon was lifted only once the kubelet renewed its Lease after the instance left the pool: not
+        # while the node said Ready as the kubelet left it before the pool, pods sent to an instance that sleeps
+        lifted = uncordoned_at(sandbox, node, left)
+        renewed = [t for t in lease_renewals(sandbox, node) if t >= left]
+        assert lifted >= renewed[0], (
+            f"uncordoned {lifted - left:.1f} s after the instance left the pool, its kubelet back only "
+            f"{renewed[0] - left:.1f} s after"
+        )
