@@ -1,5 +1,6 @@
-"""A node kept cordoned in a Hibernated warm pool, its instance taken out of the pool before its node went NotReady:
-the cordon stays until its kubelet runs again, not lifted as the instance leaves the pool while it still sleeps."""
+"""A node kept cordoned in a Hibernated (or Stopped) warm pool, its instance taken out of the pool before its node went
+NotReady: the cordon stays until its kubelet runs again, not lifted as the instance leaves the pool while it still
+sleeps (or boots)."""
 
 from __future__ import annotations
 
@@ -8,9 +9,11 @@ import time
 import pytest
 
 from nodecycle_sandbox import Sandbox
+from nodecycle_sandbox.aws.group import WarmPoolSpec
 from tests.integration.lifecycle.harness import running, wait_for
 from tests.integration.lifecycle.test_warm_pool import (
     LEASE_ALLOWANCE,
+    TAKES_BACK,
     TAKES_BACK_HIBERNATED,
     cordoned,
     last_renewal,
@@ -47,15 +50,20 @@ def uncordoned_at(sandbox: Sandbox, node: str, since: float) -> float:
     )
 
 
-def test_a_node_resumed_from_a_hibernated_pool_within_the_grace_stays_cordoned_until_its_kubelet_runs_again() -> (
-    None
-):
-    with running(size=3, warm_pool=TAKES_BACK_HIBERNATED, node_monitor_grace=NODE_MONITOR_GRACE) as sandbox:
-        # Given an instance the group scaled in to its hibernated pool, its node drained, kept cordoned and still
-        # Ready (the instance asleep for less than the node monitor's grace)
+@pytest.mark.parametrize(
+    ("pool", "waits_in"),
+    [(TAKES_BACK_HIBERNATED, "Warmed:Hibernated"), (TAKES_BACK, "Warmed:Stopped")],
+    ids=["hibernated", "stopped"],
+)
+def test_a_node_out_of_a_stopped_or_hibernated_pool_within_the_grace_stays_cordoned_until_its_kubelet_runs_again(
+    pool: WarmPoolSpec, waits_in: str
+) -> None:
+    with running(size=3, warm_pool=pool, node_monitor_grace=NODE_MONITOR_GRACE) as sandbox:
+        # Given an instance the group scaled in to its hibernated (or stopped) pool, its node drained, kept cordoned
+        # and still Ready (the instance asleep for less than the node monitor's grace)
         sandbox.aws.plan_nodes(join_after=RESUME_SECONDS)
         sandbox.asg.set_desired(2)
-        instance, _, node, _ = scaled_in_to_pool(sandbox, "Warmed:Hibernated")
+        instance, _, node, _ = scaled_in_to_pool(sandbox, waits_in)
         assert cordoned(node_object(sandbox, node))
         # (its last renewal older than the readiness gate's allowance: EC2 takes a minute or more to hibernate an
         # instance, which the sandbox does at once)
