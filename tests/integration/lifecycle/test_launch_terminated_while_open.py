@@ -6,14 +6,16 @@ alarm pages for actions nodecycle let lapse), and takes no address given back me
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Iterator
+from typing import Any, NamedTuple
 
 import pytest
 
 from nodecycle.domain.model import Step, Transition
+from nodecycle_sandbox import Sandbox
 from nodecycle_sandbox.aws.group import HookSpec, wait_for
 from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING
-from tests.integration.lifecycle.harness import POOL, a_launch_waiting_for_an_empty_pool, find_record, running
+from tests.integration.lifecycle.harness import POOL, find_record, pool_address, running, waits_in_line
 
 pytestmark = pytest.mark.slow
 
@@ -83,69 +85,100 @@ def test_a_launch_in_the_readiness_gate_whose_instance_is_terminated_ends_as_gon
         assert launch.completed_at is None
 
 
-def test_a_launch_in_the_pools_line_whose_instance_is_terminated_ends_as_gone_not_expired() -> None:
+# The pool's tests share one sandbox (a sandbox's start and, run in this order, the holder's launch fewer: two
+# CPU-seconds of the file's eighteen): a pool of one address, the launch hook's heartbeat timeout each test's own
+# (put before its launch: an action takes its hook's timeout when it starts; 300 s under a 5 s margin leaves the
+# doomed launch's next heartbeat minutes away, as the default margin did). Each starts from the same scene
+# whatever ran before it: one instance in service holding the pool's address (see ``a_launch_in_line``); what an
+# earlier test left in Terminating:Wait holds no address and has left the line.
+POOL_PARAMETERS = {
+    "EipMode": "pool",
+    "EipPoolName": POOL,
+    "EipWaitSeconds": "600",
+    "HeartbeatMarginSeconds": "5",
+}
+
+
+class PoolScene(NamedTuple):
+    sandbox: Sandbox
+    pooled: str  # the pool's one address: its allocation id
+
+
+@pytest.fixture(scope="module")
+def pool() -> Iterator[PoolScene]:
+    with running(parameters=POOL_PARAMETERS, size=0, hooks=hooks(30), workloads=None) as sandbox:
+        yield PoolScene(sandbox, pool_address(sandbox))
+
+
+def a_launch_in_line(scene: PoolScene, launch_heartbeat_timeout: int) -> tuple[str, str]:
+    """The instance in service holding the pool's one address (the one an earlier test left, or one launched
+    now), and a second launch waiting in the pool's line, under a launch hook of ``launch_heartbeat_timeout``."""
+    sandbox, ec2 = scene.sandbox, scene.sandbox.client("ec2")
+    sandbox.asg.put_hook(hooks(launch_heartbeat_timeout)[0])
+    sandbox.asg.set_desired(1)
+    (old,) = sandbox.asg.wait_in_service(1, timeout=90)
+    wait_for(lambda: holder(ec2, scene.pooled) == old, 30, "the pool's address on the instance in service")
+    before = set(sandbox.asg.instances())
+    sandbox.asg.set_desired(2)
+    waiting: str = wait_for(lambda: next(iter(set(sandbox.asg.instances()) - before), None), 30, "a launch")
+    wait_for(lambda: waits_in_line(sandbox, waiting), 60, "the launch to find no address to be had")
+    return old, waiting
+
+
+def test_a_launch_in_the_pools_line_whose_instance_is_terminated_ends_as_gone_not_expired(
+    pool: PoolScene,
+) -> None:
     # Given a pool of one address on the group's one instance, and a second launch waiting in the pool's
     # line, its hook's heartbeat timeout short
-    parameters = {
-        "EipMode": "pool",
-        "EipPoolName": POOL,
-        "EipWaitSeconds": "600",
-        "HeartbeatMarginSeconds": "5",
-    }
-    with running(parameters=parameters, size=0, hooks=hooks(30), workloads=None) as sandbox:
-        pooled, old, waiting = a_launch_waiting_for_an_empty_pool(sandbox)
+    sandbox, pooled = pool
+    old, waiting = a_launch_in_line(pool, 30)
 
-        # When the group terminates the waiting launch's instance, which another tool's hook holds in
-        # Terminating:Wait, running in EC2
-        sandbox.asg.terminate(waiting, decrement=True)
-        launch = wait_for(
-            lambda: (
-                (r := find_record(sandbox, waiting, Transition.LAUNCHING)) is not None and r.finished and r
-            ),
-            90,
-            "the waiting launch to end",
-        )
+    # When the group terminates the waiting launch's instance, which another tool's hook holds in
+    # Terminating:Wait, running in EC2
+    sandbox.asg.terminate(waiting, decrement=True)
+    launch = wait_for(
+        lambda: (r := find_record(sandbox, waiting, Transition.LAUNCHING)) is not None and r.finished and r,
+        90,
+        "the waiting launch to end",
+    )
 
-        # Then it ends as one whose instance is gone, not as an action that lapsed
-        ec2 = sandbox.client("ec2")
-        assert ec2_state(ec2, waiting) == "running"
-        assert launch.outcome == "instance-gone", launch.outcome
-        assert holder(ec2, pooled) == old
+    # Then it ends as one whose instance is gone, not as an action that lapsed
+    ec2 = sandbox.client("ec2")
+    assert ec2_state(ec2, waiting) == "running"
+    assert launch.outcome == "instance-gone", launch.outcome
+    assert holder(ec2, pooled) == old
 
 
-def test_a_doomed_launch_first_in_the_pools_line_takes_no_address_given_back() -> None:
+def test_a_doomed_launch_first_in_the_pools_line_takes_no_address_given_back(pool: PoolScene) -> None:
     # Given a pool of one address on the group's one instance, and a second launch waiting in the pool's
     # line (its hook's heartbeat timeout the default's scale: no heartbeat of it due for minutes)
-    parameters = {"EipMode": "pool", "EipPoolName": POOL, "EipWaitSeconds": "600"}
-    with running(parameters=parameters, size=0, hooks=hooks(300), workloads=None) as sandbox:
-        ec2 = sandbox.client("ec2")
-        pooled, old, doomed = a_launch_waiting_for_an_empty_pool(sandbox)
-        # And the group terminates its instance (its launch action ends with it), held in Terminating:Wait by
-        # another tool's hook, running in EC2
-        sandbox.asg.terminate(doomed, decrement=True)
-        wait_for(
-            lambda: sandbox.asg.instances().get(doomed) == "Terminating:Wait", 30, "the instance terminating"
-        )
+    sandbox, pooled = pool
+    ec2 = sandbox.client("ec2")
+    old, doomed = a_launch_in_line(pool, 300)
+    # And the group terminates its instance (its launch action ends with it), held in Terminating:Wait by
+    # another tool's hook, running in EC2
+    sandbox.asg.terminate(doomed, decrement=True)
+    wait_for(
+        lambda: sandbox.asg.instances().get(doomed) == "Terminating:Wait", 30, "the instance terminating"
+    )
 
-        # When the old instance terminates and its address is given back to the pool, while the doomed launch
-        # is still first in line
-        sandbox.asg.terminate(old, decrement=True)
+    # When the old instance terminates and its address is given back to the pool, while the doomed launch
+    # is still first in line
+    sandbox.asg.terminate(old, decrement=True)
 
-        def settled() -> bool:
-            launch = find_record(sandbox, doomed, Transition.LAUNCHING)
-            return holder(ec2, pooled) == doomed or (launch is not None and launch.finished)
+    def settled() -> bool:
+        launch = find_record(sandbox, doomed, Transition.LAUNCHING)
+        return holder(ec2, pooled) == doomed or (launch is not None and launch.finished)
 
-        wait_for(settled, 120, "the doomed launch to take the address or end")
+    wait_for(settled, 120, "the doomed launch to take the address or end")
 
-        # Then the doomed launch did not take the address (it would hold it until EC2 terminates the instance,
-        # from whichever live launch waits next), and ended as one whose instance is gone
-        assert holder(ec2, pooled) != doomed
-        launch = wait_for(
-            lambda: (
-                (r := find_record(sandbox, doomed, Transition.LAUNCHING)) is not None and r.finished and r
-            ),
-            30,
-            "the doomed launch to end",
-        )
-        assert launch.outcome == "instance-gone", launch.outcome
-        assert ec2_state(ec2, doomed) == "running"
+    # Then the doomed launch did not take the address (it would hold it until EC2 terminates the instance,
+    # from whichever live launch waits next), and ended as one whose instance is gone
+    assert holder(ec2, pooled) != doomed
+    launch = wait_for(
+        lambda: (r := find_record(sandbox, doomed, Transition.LAUNCHING)) is not None and r.finished and r,
+        30,
+        "the doomed launch to end",
+    )
+    assert launch.outcome == "instance-gone", launch.outcome
+    assert ec2_state(ec2, doomed) == "running"
