@@ -5,6 +5,8 @@ stop of its instance cleared before the drain's cleanup)."""
 
 from __future__ import annotations
 
+import time
+from collections.abc import Callable
 from datetime import UTC, datetime, timedelta
 
 import pytest
@@ -24,6 +26,7 @@ from nodecycle.domain.drain.acquire import AcquireSlot
 from nodecycle.domain.drain.cleanup import Cleanup
 from nodecycle.domain.drain.evict import Evict
 from nodecycle.domain.drain.forget import ForgetNode
+from nodecycle.domain.engine import Outcome
 from nodecycle.domain.model import LifecycleRecord, Step, Transition
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.ports.cluster import EXCLUDE_LB_LABEL, PodInfo, Refused
@@ -413,6 +416,28 @@ def test_a_node_object_its_kubelet_registers_again_while_draining_is_cordoned_ag
     assert (again.changes["drain_started_at"], again.changes["drain_deadline"]) == (T0, DEADLINE)
 
 
+def cleaned_up_once_its_kubelet_runs(
+    step: Callable[[LifecycleRecord, datetime], Outcome], record: LifecycleRecord, server: KubeServer
+) -> None:
+    """The cleanup of ``record``, whose instance is out of the warm pool, run as the engine runs it: its first look
+    finds the node Ready, maybe as the kubelet left it before the stop, and looks again (Cleanup._kubelet_awake); the
+    instance's kubelet runs again meanwhile (its Lease renewed), and the next look lifts what nodecycle set."""
+    first = step(record, T0)
+    assert first.again
+    before = renewed_at(server)
+    server.instance_resumed(NODE)
+    deadline = time.monotonic() + 10
+    while renewed_at(server) == before and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert renewed_at(server) != before, "no Lease renewal of the resumed kubelet"
+    step(record.model_copy(update=first.changes), T0 + timedelta(seconds=first.delay or 10))
+
+
+def renewed_at(server: KubeServer) -> str | None:
+    lease = server.get_object("leases", NODE, "kube-node-lease")
+    return None if lease is None else str(lease["spec"]["renewTime"])
+
+
 def test_a_node_stopped_into_the_warm_pool_comes_back_uncordoned_when_its_state_change_comes_first(
     cluster: KubeCluster, server: KubeServer
 ) -> None:
@@ -436,7 +461,7 @@ def test_a_node_stopped_into_the_warm_pool_comes_back_uncordoned_when_its_state_
     ForgetNode(
         finder=finder, cluster=cluster, slots=slots, dispatcher=waker, instances=NoDns(), policy=policy()
     )(stopped, T0)
-    Cleanup(
+    step = Cleanup(
         cluster=cluster,
         slots=slots,
         dispatcher=waker,
@@ -444,7 +469,10 @@ def test_a_node_stopped_into_the_warm_pool_comes_back_uncordoned_when_its_state_
         metrics=FakeMetrics(),
         events=FakeEvents(),
         instances=Ec2Maintenance(),
-    )(drained.model_copy(update={"step": Step.CLEANUP, "drain_started_at": T0}), T0)
+    )
+    cleaned_up_once_its_kubelet_runs(
+        step, drained.model_copy(update={"step": Step.CLEANUP, "drain_started_at": T0}), server
+    )
 
     # Then the node comes back from the warm pool schedulable, without nodecycle's annotations or label
     node = server.get_object("nodes", NODE)
@@ -466,8 +494,10 @@ def test_a_node_back_from_the_warm_pool_keeps_the_cordon_and_the_label_nodecycle
     record = draining(Step.CORDON, destination="WarmPool")
     claimed = cordon(cluster)(record, T0)
     back = FakeAutoscaling(states={INSTANCE: "Pending"})  # and the instance is taken out of the pool again
-    cleanup(cluster, FakeSlots(holders={NODE}, held_for={NODE: record.id}), back)(
-        record.model_copy(update={"step": Step.CLEANUP, "drain_started_at": T0, **claimed.changes}), T0
+    cleaned_up_once_its_kubelet_runs(
+        cleanup(cluster, FakeSlots(holders={NODE}, held_for={NODE: record.id}), back),
+        record.model_copy(update={"step": Step.CLEANUP, "drain_started_at": T0, **claimed.changes}),
+        server,
     )
 
     # Then nodecycle's annotations are gone, and what it did not set is still there
