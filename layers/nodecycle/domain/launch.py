@@ -12,7 +12,13 @@ from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.engine import MAX_RETRY_BACKOFF_SECONDS, Outcome, ended_with_its_instance
 from nodecycle.domain.errors import AccessRefused, TransientError, retry_after_wait
 from nodecycle.domain.model import LifecycleRecord, Step
-from nodecycle.domain.nodes import CLOCK_SKEW, SAME_BOOT_AFTER, NodeFinder, NodeUnreadable
+from nodecycle.domain.nodes import (
+    CLOCK_SKEW,
+    SAME_BOOT_AFTER,
+    NodeFinder,
+    NodeUnreadable,
+    renewed_on_the_same_boot,
+)
 from nodecycle.domain.policy import ReadinessPolicy
 from nodecycle.domain.ports.cluster import Cluster, Events, NodeInfo, Refused
 from nodecycle.domain.ports.instances import DOWN_STATES, Instances
@@ -45,11 +51,8 @@ NO_LEASE = "none"
 # launch whose node outlived its instance's reboot (see _posted_since_the_reboot)
 BOOT_SEEN = "boot_seen"
 NO_BOOT = "none"
-# A launch told without Origin on a node older than it (see _older_than_its_launch) may be of an instance resumed from
-# a Hibernated warm pool: its kubelet of the boot of the gate's first read runs on (see nodes.SAME_BOOT_AFTER).
-# record.extra keys: when (the drain function's clock) the gate first found that, and the Lease's renewTime then
-SAME_BOOT_SINCE = "same_boot_since"
-SAME_BOOT_LEASE = "same_boot_lease"
+# (A launch told without Origin on a node older than it, see _older_than_its_launch, may be of an instance resumed from
+# a Hibernated warm pool: its kubelet of the boot of the gate's first read runs on, see nodes.renewed_on_the_same_boot)
 # A Ready node may not take pods yet: it still carries a taint that a controller or an agent lifts once the node is
 # set up. Kubernetes' own: the node lifecycle controller's not-ready (the API server's TaintNodesByCondition puts it
 # on every new node; the controller lifts it a node monitor period or more after the kubelet posts Ready),
@@ -497,16 +500,9 @@ def _running_on_the_same_boot(
     if not node.boot_id or node.boot_id != record.extra.get(BOOT_SEEN):
         return False
     stamp = renewed.isoformat() if renewed is not None else NO_LEASE
-    since = record.extra.get(SAME_BOOT_SINCE)
-    if since is None:
-        extra[SAME_BOOT_SINCE] = now.isoformat()
-        extra[SAME_BOOT_LEASE] = stamp
-        return False
-    return (
-        renewed is not None
-        and stamp != record.extra.get(SAME_BOOT_LEASE)
-        and now >= datetime.fromisoformat(str(since)) + SAME_BOOT_AFTER
-    )
+    ran_on, marks = renewed_on_the_same_boot(record.extra, stamp, now)
+    extra.update(marks)
+    return renewed is not None and ran_on
 
 
 def _timed_by_intake(record: LifecycleRecord) -> bool:

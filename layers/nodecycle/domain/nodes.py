@@ -3,7 +3,8 @@
 from __future__ import annotations
 
 import logging
-from datetime import timedelta
+from collections.abc import Mapping
+from datetime import datetime, timedelta
 
 from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.model import LifecycleRecord
@@ -18,9 +19,29 @@ from nodecycle.domain.ports.instances import Instances
 # (Kubelet.tryUpdateNodeStatus: no report made yet), once its registration of the existing node (a create refused and
 # a get) is done: within seconds. This is the node Lease's duration, four of the kubelet's 10-s status syncs.
 SAME_BOOT_AFTER = timedelta(seconds=40)
+# record.extra keys: when (the drain function's clock) a look first found a node's Lease renewed on the boot from
+# before, its status not posted since, and the Lease's renewTime then (see renewed_on_the_same_boot)
+SAME_BOOT_SINCE = "same_boot_since"
+SAME_BOOT_LEASE = "same_boot_lease"
 # How far a kubelet's clock (a Lease's renewTime) may be from the functions' own: a renewal is taken for one after a
 # moment only when stamped this much later (see launch.ReadinessGate, and the warm pool's watch in drain.cleanup)
 CLOCK_SKEW = timedelta(seconds=5)
+
+
+def renewed_on_the_same_boot(
+    kept: Mapping[str, object], stamp: str, now: datetime
+) -> tuple[bool, dict[str, str]]:
+    """Whether the kubelet of a node whose Lease a look finds renewed (its renewTime ``stamp``) on the boot from
+    before, its status not posted since, is that boot's running on: the Lease renewed on for SAME_BOOT_AFTER since a
+    look first found it so (kept in ``kept``), and again since. The readiness gate and the cleanup's watches share it.
+    With the marks to keep when this is that first look (none otherwise)."""
+    since = kept.get(SAME_BOOT_SINCE)
+    if since is None:
+        return False, {SAME_BOOT_SINCE: now.isoformat(), SAME_BOOT_LEASE: stamp}
+    return now >= datetime.fromisoformat(str(since)) + SAME_BOOT_AFTER and stamp != kept.get(
+        SAME_BOOT_LEASE
+    ), {}
+
 
 PRIVATE_DNS = "private_dns"  # record.extra key: the instance's private DNS name, looked up once
 # record.extra key: the name of the instance's node when it is not the instance's private DNS name (a hostname

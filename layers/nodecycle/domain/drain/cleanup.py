@@ -43,7 +43,7 @@ from nodecycle.domain.model import (
     global_deadline,
     may_carry_over,
 )
-from nodecycle.domain.nodes import CLOCK_SKEW, SAME_BOOT_AFTER
+from nodecycle.domain.nodes import CLOCK_SKEW, SAME_BOOT_AFTER, renewed_on_the_same_boot
 from nodecycle.domain.ports.budget import Slots
 from nodecycle.domain.ports.cluster import Claim, Cluster, Events, NodeInfo, Refused
 from nodecycle.domain.ports.instances import GONE_STATES, STOP_STATES, MaintainedInstances, ScheduledEvent, up
@@ -118,10 +118,6 @@ NO_LEASE = "none"
 # record.extra key: the node's Ready lastHeartbeatTime (NO_LEASE: none told) at that same first look: a status posted
 # since is a kubelet's of now, a renewed Lease alone is not (see Cleanup._kubelet_back)
 HEARTBEAT_AT_OVER = "heartbeat_at_over"
-# record.extra keys: when (the drain function's clock) a watch first found the Lease renewed since that first look, the
-# status not posted since, on the boot from before, and the Lease's renewTime then (see Cleanup._kubelet_back)
-SAME_BOOT_SINCE = "same_boot_since"
-SAME_BOOT_LEASE = "same_boot_lease"
 # Auto Scaling lifecycle states (prefixes) of an instance that is not coming back to its group's service after
 # a maintenance: terminated, detached, or gone into its warm pool (a wider set than the engine's
 # TERMINATION_STATES, which says only whether a launch action ended with its instance)
@@ -805,12 +801,7 @@ class Cleanup:
         renewed_since = renewed is not None and stamp != seen
         if not renewed_since or posted or rebooted:
             return renewed_since and posted, extra
-        since = extra.get(SAME_BOOT_SINCE)
-        if since is None:
-            return False, {**extra, SAME_BOOT_SINCE: now.isoformat(), SAME_BOOT_LEASE: stamp}
-        ran_on = now >= datetime.fromisoformat(str(since)) + SAME_BOOT_AFTER and stamp != extra.get(
-            SAME_BOOT_LEASE
-        )
+        ran_on, marks = renewed_on_the_same_boot(extra, stamp, now)
         if ran_on:
             log.info(
                 "node %s says Ready on the boot from before (%s), its Lease renewed on for %.0f s: its kubelet runs on",
@@ -818,7 +809,7 @@ class Cleanup:
                 node.boot_id,
                 SAME_BOOT_AFTER.total_seconds(),
             )
-        return ran_on, extra
+        return ran_on, {**extra, **marks}
 
     def _moved(
         self, node: NodeInfo, record: LifecycleRecord, starts: datetime, back: bool, now: datetime
