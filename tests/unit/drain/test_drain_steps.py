@@ -18,6 +18,7 @@ from nodecycle.domain.budget import (
     SlotRequest,
     Waiter,
 )
+from nodecycle.domain.budget.document import OwnerLimits, ResolvedLimits
 from nodecycle.domain.completion import CompleteAction
 from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.drain.acquire import FORCED_SLOT, AcquireSlot
@@ -401,6 +402,8 @@ class FakeSlots:
       ``held_instance[node]``: by default the test's lifecycle (``terminating()``'s) for NODE, and a lifecycle of
       an instance of its own for any other node;
     - ``others``: nodes held by another stack (node -> that owner);
+    - ``writers``: the other stacks that write in this budget (their limits recorded, as every write records its
+      writer's), whatever they hold; a stack named only in ``others`` writes nothing else;
     - ``lost``: NODE's slot expired and was removed, and the room went to another node: a renewal is denied
       (``lost``), unless forced; setting it false later frees that room again;
     - ``waiters``: this stack's lifecycles waiting in line (record ids), each for a node of its own;
@@ -424,6 +427,7 @@ class FakeSlots:
         refused: str | None = None,
         per_zone: int | None = None,
         clock: FakeClock | None = None,
+        writers: Collection[str] = (),
     ) -> None:
         self.clock = clock or FakeClock(T0)
         self.store = MemoryBudgetStore()
@@ -468,7 +472,18 @@ class FakeSlots:
             )
             for i, record_id in enumerate(waiters)
         ]
-        self._written(BudgetDocument(holders=tuple(entries), waiters=tuple(line)))
+        limits = {
+            owner: OwnerLimits(
+                max_unavailable="1",
+                max_unavailable_per_zone=None,
+                count_unavailable=False,
+                nodes_in_scope=None,
+                resolved=ResolvedLimits(total=1, per_zone=None),
+                updated_at=now,
+            )
+            for owner in writers
+        }
+        self._written(BudgetDocument(holders=tuple(entries), waiters=tuple(line), limits=limits))
 
     @staticmethod
     def _holder(
@@ -908,8 +923,10 @@ def test_a_node_another_owner_drains_is_left_alone_until_our_drain_timeout() -> 
 
 
 def test_a_node_claimed_by_an_owner_that_holds_no_slot_any_more_is_adopted() -> None:
-    # Given a node annotated by another stack whose budget holder has expired (its drain died)
-    cluster, slots = FakeCluster(nodes={NODE: node(owner="stack-b", in_progress="{}")}), FakeSlots()
+    # Given a node annotated by another stack that writes in this budget, whose holder there has expired (its drain
+    # died)
+    cluster = FakeCluster(nodes={NODE: node(owner="stack-b", in_progress="{}")})
+    slots = FakeSlots(writers=("stack-b",))
 
     # When this stack's lifecycle of the node takes a slot and cordons
     taken = acquire(cluster, slots)(terminating(Step.ACQUIRE_SLOT), T0)

@@ -33,6 +33,12 @@ class SlotRequest:
     # The node goes either way (its action's global timeout is too near to wait any longer): take a slot
     # even without room, so that the others count it.
     force: bool = False
+    # The other stack whose claim the node carries (its nodecycle.io/owner annotation, as the asker read it), when
+    # that claim may still be a drain in progress; None: none, or this owner's. A budget that owner writes nothing
+    # in (no limits of its own recorded: it keeps a budget of its own, in another BudgetNamespace, or has not
+    # written this one for LIMITS_RETENTION) cannot tell whether its drain is alive: no slot is taken for the node
+    # (CLAIMED_ELSEWHERE). One that writes here and holds no slot nor place for the node has let go of it.
+    claimed_by: str | None = None
 
 
 class SlotReason(StrEnum):
@@ -45,6 +51,9 @@ class SlotReason(StrEnum):
     FORCED = "forced"  # granted without room: the node goes either way
     HELD_BY_OTHER_OWNER = "held-by-other-owner"  # another stack holds this node: hands off
     CLAIMED_BY_OTHER_OWNER = "claimed-by-other-owner"  # another stack waits for this node: hands off
+    # The node carries the claim of another stack that writes nothing in this budget (see SlotRequest.claimed_by):
+    # its drain may be alive, under a budget of its own: hands off
+    CLAIMED_ELSEWHERE = "claimed-elsewhere"
     # Another lifecycle of this owner holds this node (a Spot interruption's drain, a terminate hook's): one
     # slot is one lifecycle's, released by its own cleanup; this one waits in line for the node, and that
     # release wakes it when it may go.

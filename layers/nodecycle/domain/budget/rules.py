@@ -769,6 +769,10 @@ def claim(
 
     if waiter is not None and waiter.owner != request.owner:
         return Claimed(doc, _decision(doc, False, SlotReason.CLAIMED_BY_OTHER_OWNER), None)
+    if request.claimed_by not in (None, request.owner) and request.claimed_by not in doc.limits:
+        # (no entry of its owner here, and none of its limits: that owner keeps its holders elsewhere, and its
+        # drain of the node may be alive there. A slot taken here would have its node adopted from under it)
+        return Claimed(doc, _decision(doc, False, SlotReason.CLAIMED_ELSEWHERE), None)
     queued = _queued(doc, request, waiter, renewal, now, asked)
     if queued is None:
         return Claimed(doc, _decision(doc, False, SlotReason.QUEUE_FULL), None)

@@ -35,6 +35,7 @@ from nodecycle.domain.errors import TransientError, retry_after_wait
 from nodecycle.domain.flow import settle_step
 from nodecycle.domain.model import (
     EARLIER_DRAIN,
+    GLOBAL_TIMEOUT_CAP,
     KEPT_ON_NODE,
     MAINTENANCE_LISTED,
     WARM_POOL,
@@ -75,6 +76,33 @@ MAINTENANCE_LISTED_WITHIN = timedelta(hours=1)
 # A maintenance's first ask this much or more before its drain's due time is a look before it (see
 # AcquireSlot._as_listed); nearer, the drain is due (a message runs up to a second before its due time)
 EARLY_BY = timedelta(seconds=2)
+
+
+# A claim of a node by another stack (its in-progress annotation's start) this old is no drain in progress: a hook's
+# action lives at most GLOBAL_TIMEOUT_CAP (Auto Scaling's cap), and a maintenance's drain, which has no hook, at most
+# its drain timeout (48 hours at most) plus its pauses for a lost slot, which end by the maintenance, at most its
+# lead time (MaintenanceLeadMinutes: a week at most) after the drain began. Such a claim (its stack removed, or its
+# sweeper not running) is adopted whatever the budget tells; a younger one only when the other stack writes in this
+# budget and holds no slot nor place for the node there (see SlotRequest.claimed_by).
+CLAIM_OUTLIVED = GLOBAL_TIMEOUT_CAP + timedelta(days=7)
+# The budget's answers to a node another stack holds, waits for, or may be draining under a budget of its own
+_OTHER_OWNERS = (
+    SlotReason.HELD_BY_OTHER_OWNER,
+    SlotReason.CLAIMED_BY_OTHER_OWNER,
+    SlotReason.CLAIMED_ELSEWHERE,
+)
+
+
+def _claim_outlived(node: NodeInfo, now: datetime) -> bool:
+    """Whether the claim of ``node`` (another stack's) began CLAIM_OUTLIVED ago or more, as its in-progress
+    annotation tells; a claim that tells no start (unreadable) is taken for one that may be alive."""
+    try:
+        started = datetime.fromisoformat(str(node.progress().get("started")))
+    except ValueError:
+        return False
+    if started.tzinfo is None:
+        return False
+    return now - started >= CLAIM_OUTLIVED
 
 
 def _ordinal(number: int) -> str:
@@ -210,8 +238,10 @@ class AcquireSlot:
             )
         foreign = node.owner not in (None, record.owner)
         request = _slot_request(record, node.name, node.zone, **_precedence(record, now, self._policy))
-        # (its place in line, which a ConfigMap created again lost: see SlotRequest.waiting_since)
-        request = replace(request, waiting_since=record.slot_waiting_since)
+        # (its place in line, which a ConfigMap created again lost: see SlotRequest.waiting_since; and the other
+        # stack's claim of the node, which only a budget that stack writes in can tell dead: see claimed_by)
+        claimed_by = node.owner if foreign and not _claim_outlived(node, now) else None
+        request = replace(request, waiting_since=record.slot_waiting_since, claimed_by=claimed_by)
         try:
             decision = self._slots.acquire(request)
         except TransientError as error:
@@ -245,8 +275,9 @@ class AcquireSlot:
             )
         if decision.granted:
             if foreign:
-                # The other stack annotated the node but holds no slot for it any more: its drain died or
-                # gave up (its holder expired). Adopt the node, as one in progress with no owner.
+                # The other stack annotated the node but holds no slot for it any more in this budget, which it
+                # writes in too: its drain died or gave up (its holder expired). Or its claim is older than any
+                # drain lives (CLAIM_OUTLIVED). Adopt the node, as one in progress with no owner.
                 log.warning(
                     "adopting node %s from owner %s, which holds it in the budget no more",
                     node.name,
@@ -254,7 +285,7 @@ class AcquireSlot:
                 )
                 found["extra"] = {**found["extra"], ADOPT_FROM: node.owner}
             return Outcome.next(slot_waiting_since=None, **found)
-        if foreign and decision.reason in (SlotReason.HELD_BY_OTHER_OWNER, SlotReason.CLAIMED_BY_OTHER_OWNER):
+        if foreign and decision.reason in _OTHER_OWNERS:
             # Another stack is draining this node: leave it alone, and settle our own action once it is
             # done with it, or when our drain timeout says we have waited long enough. Unless it drains for
             # this very action (a group both stacks manage, by mistake): completing it would let Auto Scaling

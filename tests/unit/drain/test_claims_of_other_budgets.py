@@ -1,0 +1,73 @@
+"""A node another stack claims, where that stack writes nothing in this stack's budget (it keeps a budget of its own,
+in another BudgetNamespace): the budget's lack of a holder of that stack tells nothing of its drain, which may be
+alive. The node is not adopted from under it (invariant 3), unless its claim is older than any drain lives."""
+
+from __future__ import annotations
+
+import json
+from datetime import timedelta
+
+from nodecycle.domain.drain.acquire import CLAIM_OUTLIVED
+from nodecycle.domain.drain.common import ADOPT_FROM
+from nodecycle.domain.model import Step
+from tests.support.fakes import T0
+from tests.unit.drain.test_drain_steps import NODE, FakeCluster, FakeSlots, acquire, node, terminating
+
+
+def _claim(started: object) -> str:
+    """Another stack's in-progress annotation, for another lifecycle of the instance (its own hook's action)."""
+    return json.dumps(
+        {"instance": terminating(Step.ACQUIRE_SLOT).instance_id, "transition": "terminate", "token": "theirs"}
+        | ({} if started is None else {"started": str(started)})
+    )
+
+
+def test_a_node_claimed_by_a_stack_that_writes_in_another_budget_is_left_to_it() -> None:
+    # Given a node stack-b claimed a minute ago, and this stack's budget, which stack-b writes nothing in
+    claimed = node(
+        owner="stack-b", in_progress=_claim((T0 - timedelta(minutes=1)).isoformat()), unschedulable=True
+    )
+    cluster, slots = FakeCluster(nodes={NODE: claimed}), FakeSlots()
+    step = acquire(cluster, slots)
+
+    # When this stack's lifecycle of the node asks for its slot
+    waiting = step(terminating(Step.ACQUIRE_SLOT), T0)
+
+    # Then it takes none and waits, as for a node another stack holds in this budget; after its own drain timeout
+    # it settles its own action, the node never touched
+    assert waiting.again
+    assert ADOPT_FROM not in waiting.changes.get("extra", {})
+    assert slots.holders == set()
+    done = step(terminating(Step.ACQUIRE_SLOT), T0 + timedelta(seconds=601))
+    assert (done.then, done.changes["outcome"]) == (Step.COMPLETE, "node-owned-by:stack-b")
+    assert slots.holders == set()
+    assert cluster.patches == []
+
+
+def test_a_claim_that_tells_no_start_is_left_to_its_stack_too() -> None:
+    # Given stack-b's claim without a readable start (edited by hand), and stack-b writing nothing in this budget
+    cluster = FakeCluster(
+        nodes={NODE: node(owner="stack-b", in_progress=_claim("yesterday"), unschedulable=True)}
+    )
+    slots = FakeSlots()
+
+    # When this stack asks, Then it takes no slot: its claim may be a drain in progress
+    assert acquire(cluster, slots)(terminating(Step.ACQUIRE_SLOT), T0).again
+    assert slots.holders == set()
+
+
+def test_a_claim_older_than_any_drain_is_adopted_whatever_budget_its_stack_writes() -> None:
+    # Given stack-b's claim begun longer ago than any drain lives (stack-b removed, its annotations left)
+    started = (T0 - CLAIM_OUTLIVED).isoformat()
+    cluster = FakeCluster(
+        nodes={NODE: node(owner="stack-b", in_progress=_claim(started), unschedulable=True)}
+    )
+    slots = FakeSlots()
+
+    # When this stack's lifecycle of the node asks for its slot
+    taken = acquire(cluster, slots)(terminating(Step.ACQUIRE_SLOT), T0)
+
+    # Then it takes the slot and adopts the node
+    assert (taken.then, taken.again) == (None, False)
+    assert taken.changes["extra"][ADOPT_FROM] == "stack-b"
+    assert slots.holders == {NODE}
