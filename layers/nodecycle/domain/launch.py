@@ -11,7 +11,7 @@ from typing import Any
 from nodecycle.domain.dispatch import Dispatcher
 from nodecycle.domain.engine import MAX_RETRY_BACKOFF_SECONDS, Outcome, ended_with_its_instance
 from nodecycle.domain.errors import AccessRefused, TransientError, retry_after_wait
-from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.domain.model import WARM_POOL, LifecycleRecord, Step
 from nodecycle.domain.nodes import (
     CLOCK_SKEW,
     SAME_BOOT_AFTER,
@@ -38,8 +38,9 @@ SCAN_EVERY = 6
 # a Spot interruption): EC2 is asked for its state once in SCAN_EVERY polls, and before the gate times out,
 # never while the node is Ready (its kubelet runs, so does its instance).
 # A Ready node counts only once its kubelet has renewed its Lease since the launch action started (less CLOCK_SKEW,
-# for the clocks of the instance and of Auto Scaling, and an event time cut to the second). An instance taken
-# out of a Stopped warm pool finds its node object still Ready from before the stop for the 40-50 s the node
+# for the clocks of the instance and of Auto Scaling, and an event time cut to the second; none for an instance out
+# of a warm pool, its kubelet's last renewal just before it went to sleep: see _renewed_since_first_read). An instance
+# taken out of a Stopped warm pool finds its node object still Ready from before the stop for the 40-50 s the node
 # controller takes to mark it Unknown, while its kubelet has not run since. The Ready condition's own
 # lastHeartbeatTime cannot tell: a live kubelet posts node status only every 5 minutes, but renews its Lease
 # about every 10 s (a brand-new node's kubelet creates its Lease as it starts).
@@ -372,6 +373,13 @@ class ReadinessGate:
                     node.ready_heartbeat_at,
                 )
                 return False
+        elif record.origin == WARM_POOL:
+            # (at the first read, a renewal stamped at or after the launch's start counts, with no clock allowance)
+            start = max(record.started_at, now) if _timed_by_intake(record) else record.started_at
+            if _renewed_since_first_read(
+                renewed, record, extra, first_read_counts_from=start, allowance=timedelta(0)
+            ):
+                return True
         elif _timed_by_intake(record):
             # (at the first read, a renewal since both the launch's start and this look counts)
             if _renewed_since_first_read(
@@ -424,16 +432,24 @@ def _renewed_since_first_read(
     extra: dict[str, object],
     *,
     first_read_counts_from: datetime | None,
+    allowance: timedelta = CLOCK_SKEW,
 ) -> bool:
     """Whether the kubelet renewed the Lease since the gate's first read of it: a renewTime changed since that read
     (the kubelet's stamps compared with each other, for equality only: a kubelet whose clock stepped back at boot
-    still counts). At the first read itself, a renewal at or after ``first_read_counts_from`` (less CLOCK_SKEW)
+    still counts). At the first read itself, a renewal at or after ``first_read_counts_from`` (less ``allowance``)
     counts; None: none does.
 
     - A launch the intake timed from its own clock, which may run behind (see _timed_by_intake): at the first read
       only a renewal since both that start and this look (by the drain function's clock) counts, so a Lease last
       renewed before a warm-pool stop passes only if both functions' clocks run behind (a live kubelet's last
       renewal may miss it by up to a renewal, which only costs that wait).
+    - A launch out of a warm pool (Origin WarmPool): its node is older than the launch, and its Lease was last renewed
+      by the kubelet just before the instance stopped or hibernated, which may be within CLOCK_SKEW of the launch's
+      start when the instance's stay in the pool was short (a scale-in, then a scale-out seconds after). Taken with
+      the allowance, that renewal of a sleeping kubelet opened the gate at its first look: the launch completed
+      (CONTINUE) and the instance put in service before its kubelet ran again. At the first read only a renewal
+      stamped at or after the start counts (no allowance: a kubelet asleep renews nothing after it); a live kubelet
+      whose clock runs behind is seen at its next renewal, a renewal's wait (about 10 s) at most.
     - A launch after a root volume replacement (or on a node older than the launch: see _older_than_its_launch):
       its node is the same object as before the reboot, still Ready for the node monitor's grace (40 s) and its
       Lease renewed by the old kubelet until the reboot began, moments before the launch action started: a
@@ -450,7 +466,7 @@ def _renewed_since_first_read(
         return (
             first_read_counts_from is not None
             and renewed is not None
-            and renewed >= first_read_counts_from - CLOCK_SKEW
+            and renewed >= first_read_counts_from - allowance
         )
     return renewed is not None and stamp != seen
 

@@ -85,6 +85,30 @@ def test_an_instance_back_from_a_stopped_warm_pool_waits_while_its_node_is_still
     assert outcome.changes["gate_deadline"] == returned + timedelta(seconds=300)
 
 
+def test_an_instance_back_from_a_short_stay_in_its_warm_pool_waits_for_its_kubelet_to_run_again(
+    server: KubeServer, gate: ReadinessGate
+) -> None:
+    # Given a node whose instance was hibernated into its warm pool: its kubelet asleep, its node object Ready
+    server.kill_kubelet(NODE)
+    last = renewed(server)
+
+    # When the instance is taken out of the pool 3 s after its kubelet's last renewal (a scale-in, then a scale-out
+    # moments later: within the clock allowance of a renewal since the launch began) and the gate looks
+    returned = last + timedelta(seconds=3)
+    record = launching(origin="WarmPool", started_at=returned, received_at=returned + timedelta(seconds=1))
+    first = gate(record, returned + timedelta(seconds=1))
+
+    # Then the gate waits: that renewal is the sleeping kubelet's, older than the launch
+    assert says_ready(server)
+    assert first.again
+
+    # and opens once the kubelet, running again, has renewed the Lease since
+    server.revive_kubelet(NODE)
+    wait_for(lambda: renewed(server) > last, 10, "the kubelet's renewal")
+    opened = gate(record.model_copy(update=dict(first.changes)), returned + timedelta(seconds=6))
+    assert (opened.again, opened.changes["outcome"]) == (False, "node-ready")
+
+
 def test_the_gate_opens_once_the_kubelet_of_an_instance_back_from_its_warm_pool_renews_its_lease(
     server: KubeServer, gate: ReadinessGate
 ) -> None:
