@@ -74,6 +74,7 @@ def running(
     spot: bool = False,
     warm_pool: WarmPoolSpec | None = None,
     node_monitor_grace: float | None = None,
+    node_lease_renew: float | None = None,
     capacity_rebalance: bool = False,
     **options: Any,
 ) -> Iterator[Sandbox]:
@@ -81,7 +82,8 @@ def running(
     readiness gate) and the workloads scheduled on their nodes; ``spot``: all of them Spot instances;
     ``warm_pool``: the group's warm pool, put once the group has its instances; ``node_monitor_grace``: how long
     a node whose kubelet is gone stays Ready (the cluster's ``--node-monitor-grace-period``, 40 s unless set);
-    ``capacity_rebalance``: the group's CapacityRebalance (a rebalance recommendation replaces the instance)."""
+    ``node_lease_renew``: how often each live kubelet renews its Lease (10 s unless set: a test whose kubelet must
+    stop moments after a renewal renews more often); ``capacity_rebalance``: the group's CapacityRebalance (a rebalance recommendation replaces the instance)."""
     group = GroupSpec(
         size=size,
         hooks=hooks or default_hooks(heartbeat_timeout=300),
@@ -97,8 +99,12 @@ def running(
     )
     kube = (
         None
-        if node_monitor_grace is None
-        else KubeServer(tls=True, node_monitor_grace_seconds=node_monitor_grace)
+        if node_monitor_grace is None and node_lease_renew is None
+        else KubeServer(
+            tls=True,
+            node_monitor_grace_seconds=40.0 if node_monitor_grace is None else node_monitor_grace,
+            node_lease_renew_seconds=10.0 if node_lease_renew is None else node_lease_renew,
+        )
     )
     with Sandbox(opts, kube=kube) as sandbox:
         if size:  # (a group of none: the test scales it once it has set the scene)
