@@ -646,15 +646,8 @@ class Cleanup:
         # the pool, which a stopped instance's is not)
         if extra.get(POOL_STATE_SEEN, "Warmed:Running" if extra.get(POOL_IDLE) else None) == "Warmed:Running":
             return True, extra
-        try:
-            renewed = self._cluster.lease_renewed_at(node.name)
-        except Refused as error:
-            log.warning(
-                "the Lease of node %s cannot be read (%s): its Ready alone tells that its kubelet runs again out of "
-                "the warm pool",
-                node.name,
-                error,
-            )
+        read, renewed = self._lease(node, "runs again out of the warm pool")
+        if not read:
             return True, extra
         asleep = extra.get(POOL_ASLEEP_SEEN)
         if renewed is not None and asleep and renewed > datetime.fromisoformat(str(asleep)) + CLOCK_SKEW:
@@ -669,6 +662,23 @@ class Cleanup:
                 "node %s says Ready out of the warm pool, its kubelet not running yet: cordon kept", node.name
             )
         return awake, extra
+
+    def _lease(self, node: NodeInfo, back: str) -> tuple[bool, datetime | None]:
+        """Whether the node's Lease could be read, and its renewTime (None: no Lease), for the watches that tell a
+        kubelet that runs again from the Ready its node kept (the warm pool's, the reboots'). A read the API server
+        refuses (403: an RBAC from before the Lease rule) is logged, saying that the node's Ready alone tells that its
+        kubelet ``back``, as the readiness gate takes it: refused for good, a watch that waited for the Lease would
+        keep the cordon until its limit on a node back in service."""
+        try:
+            return True, self._cluster.lease_renewed_at(node.name)
+        except Refused as error:
+            log.warning(
+                "the Lease of node %s cannot be read (%s): its Ready alone tells that its kubelet %s",
+                node.name,
+                error,
+                back,
+            )
+            return False, None
 
     def _lift_after_maintenance(self, record: LifecycleRecord, now: datetime) -> Outcome:
         """Lift what this lifecycle set on the node once the maintenance it drained for is over and the
@@ -778,15 +788,8 @@ class Cleanup:
         before = record.extra.get(BOOT_BEFORE)
         if not before or not node.boot_id or node.boot_id != before:
             return True, extra
-        try:
-            renewed = self._cluster.lease_renewed_at(node.name)
-        except Refused as error:
-            log.warning(
-                "the Lease of node %s cannot be read (%s): its Ready alone tells that its kubelet is back after the "
-                "maintenance",
-                node.name,
-                error,
-            )
+        read, renewed = self._lease(node, "is back after the maintenance")
+        if not read:
             return True, extra
         stamp = renewed.isoformat() if renewed is not None else NO_LEASE
         beat = node.ready_heartbeat_at.isoformat() if node.ready_heartbeat_at is not None else NO_LEASE
