@@ -528,9 +528,14 @@ class Evict:
                 self._tell(record, pod, reason, message)
 
         def ask(pod: PodInfo) -> EvictionResult:
+            grace = podfilter.grace_for(pod, cap)
             if pod.namespace in ending:  # (its namespace answered: no eviction is accepted there any more)
-                return EvictionResult(Eviction.NAMESPACE_TERMINATING, "its namespace is being deleted")
-            return self._cluster.evict(pod, podfilter.grace_for(pod, cap))
+                result = EvictionResult(Eviction.NAMESPACE_TERMINATING, "its namespace is being deleted")
+            else:
+                result = self._cluster.evict(pod, grace)
+            if result.kind is Eviction.NAMESPACE_TERMINATING and pod.terminating:
+                self._shorten(pod, grace)
+            return result
 
         answered: set[str] = set()
         unprocessed: list[tuple[PodInfo, str]] = []  # pods whose budget is still being processed, this pass
@@ -637,6 +642,18 @@ class Evict:
             extra=extra,
             **changes,
         )
+
+    def _shorten(self, pod: PodInfo, grace: int) -> None:
+        """Shorten to ``grace`` the deletion of ``pod``, of a namespace being deleted, which its namespace
+        controller deleted with the pod's own grace (possibly far past the drain's cap): an eviction is refused
+        there (403 NamespaceTerminating), a delete is not. It disrupts nothing an eviction would not: kube-apiserver
+        evicts a pod already being deleted without looking at its budgets (canIgnorePDB, eviction.go), by this very
+        delete. The API server only ever shortens a deletion in progress. A refusal (a webhook on pod deletes) leaves
+        the pod to its own grace, within the drain's timeout policy, as before."""
+        try:
+            self._cluster.delete_pod(pod, grace)
+        except Refused as refusal:
+            log.info("pod %s/%s, being deleted, is not hastened: %s", pod.namespace, pod.name, refusal)
 
     def _failing(
         self,
