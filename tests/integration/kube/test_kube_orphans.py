@@ -5,6 +5,7 @@ force-deleted whatever their PodDisruptionBudgets say."""
 
 from __future__ import annotations
 
+import time
 from datetime import UTC, datetime, timedelta
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
@@ -97,3 +98,53 @@ def test_a_drain_whose_deleted_nodes_pods_are_still_bound_at_its_deadline_applie
     assert all(on_its_way_out(server, pod) for pod in pods)
     assert outcome.changes["forced_at"] == start
     assert metrics.counts.get("DrainTimeouts") == 1
+
+
+def test_a_drain_whose_deleted_nodes_pods_podgc_removed_within_their_grace_waits_out_that_grace(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a drain whose node object was deleted while its instance runs, its pods asked to leave (their live
+    # kubelet stops them within their grace)
+    node = cluster.get_node(NODE)
+    assert node is not None
+    start = datetime.now(UTC)
+    record = terminating(
+        Step.EVICT,
+        id=f"{INSTANCE}/terminate/token",
+        instance_id=INSTANCE,
+        node=NODE,
+        node_uid=node.uid,
+        drain_started_at=start,
+        drain_deadline=start + timedelta(seconds=600),
+        extra={"polls": 1},
+    )
+    pods = web_pods(cluster)
+    server.remove_node(NODE)
+    step = evict(cluster)
+    outcome = step(record, start)
+    assert all(on_its_way_out(server, pod) for pod in pods)
+    leaving = [pod.deletion_at for pod in cluster.pods_on(NODE) if pod.controller_kind == "ReplicaSet"]
+    assert leaving
+    assert None not in leaving
+    stopped = max(at for at in leaving if at is not None)
+
+    # When podgc's quarantine ends within their grace: it force-deletes them from the API at once, while their
+    # kubelet, which sees them removed, goes on stopping them within that grace (podgc gcOrphaned; the kubelet's
+    # HandlePodRemoves kills a removed pod with its grace)
+    server.pod_gc_quarantine_seconds = 0
+    for _ in range(100):
+        if not any(pod.controller_kind == "ReplicaSet" for pod in cluster.pods_on(NODE)):
+            break
+        time.sleep(0.05)
+    assert not any(pod.controller_kind == "ReplicaSet" for pod in cluster.pods_on(NODE))
+
+    # Then the drain does not complete the action under them until their grace is over
+    record = record.model_copy(update=dict(outcome.changes))
+    waiting = step(record, start + timedelta(seconds=1))
+    assert (waiting.then, waiting.again) == (None, True), waiting
+    assert waiting.delay <= (stopped - start).total_seconds()
+
+    # and once it is over, it settles
+    record = record.model_copy(update=dict(waiting.changes))
+    settled = step(record, stopped + timedelta(seconds=1))
+    assert (settled.then, settled.changes["outcome"]) == (Step.COMPLETE, "node-gone")

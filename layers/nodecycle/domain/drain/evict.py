@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import logging
 from collections.abc import Callable, Iterable, Iterator
+from contextlib import suppress
 from dataclasses import replace
 from datetime import datetime, timedelta
 from typing import Any
@@ -95,6 +96,9 @@ POLLS = "polls"  # record.extra key: how often the drain has looked for its pods
 # last listed them whole. Later polls list the pods' metadata only (their spec and status are most of their bytes),
 # and list them whole again only when a pod not known here is on the node.
 GRACES = "graces"
+# record.extra key: by when the pods bound to the name of the drain's deleted node are stopped, as far as the polls
+# have seen them (see _stopping_until)
+ORPHANS_STOPPING = "orphans_stopping_until"
 # record.extra key: when a poll last found the drain's cordon undone and sent it back to be cordoned again
 RECORDONED = "recordoned"
 
@@ -165,6 +169,27 @@ class _PodCalls:
                 continue
             self._notes.answered(pod.uid)
             yield pod, answer
+
+
+def _stopping_until(extra: dict[str, Any], left: list[PodInfo], cap: int, now: datetime) -> datetime | None:
+    """By when the pods bound to a deleted node's name, ``left`` now (see orphans.holding), are stopped by their live
+    kubelet should they go from the API now, and those gone before them (``extra``'s ORPHANS_STOPPING, as an earlier
+    poll noted it): each pod being deleted at its deletion's deadline, any other within its grace (at most ``cap``)
+    from now. Podgc force-deletes them all from the API once its quarantine is over (40 s after the node went,
+    whatever their grace: gcOrphaned, kube-controller-manager's pkg/controller/podgc), and their kubelet, which sees
+    them removed, goes on stopping them with their grace (HandlePodRemoves): their absence from the API is no sign
+    that they have stopped. None: nothing noted, no pod left."""
+    found = [
+        pod.deletion_at
+        if pod.deletion_at is not None
+        else now + timedelta(seconds=podfilter.grace_for(pod, cap))
+        for pod in left
+    ]
+    noted = extra.get(ORPHANS_STOPPING)
+    if isinstance(noted, str):
+        with suppress(ValueError):  # (unreadable: what the pods left say)
+            found.append(datetime.fromisoformat(noted))
+    return max(found, default=None)
 
 
 def _maybe_down(record: LifecycleRecord, node: NodeInfo) -> bool:
@@ -755,12 +780,13 @@ class Evict:
             raise _RenewalFailed(error) from error
         asked = podfilter.to_evict(pods)
         left = holding(pods, now)
-        if not left:
+        stopping = _stopping_until(record.extra, left, self._grace_cap(deadline, now), now)
+        if not left and (stopping is None or now >= min(stopping, deadline)):
             log.warning("node %s of %s is gone: nothing left to drain there", node, record.instance_id)
             return Outcome.goto(settle_step(record), outcome="node-gone")
         # The usual way a node object goes is its instance's termination (the cloud controller deletes it):
         # then no kubelet will stop these pods, an eviction asks nothing of a gone instance, and waiting for
-        # their grace only holds the slot. EC2 says so at once (one call, only while pods are bound).
+        # their grace only holds the slot. EC2 says so at once (one call, only while pods are bound or stopping).
         down = _instance_down(self._instances, record)
         if down is not None:
             log.warning(
@@ -788,6 +814,18 @@ class Evict:
         changes = (
             {} if record.drain_paused_at is None else {"drain_deadline": deadline, "drain_paused_at": None}
         )
+        if stopping is not None:
+            record = record.model_copy(
+                update={"extra": {**record.extra, ORPHANS_STOPPING: stopping.isoformat()}}
+            )
+        if not left and stopping is not None:
+            # Gone from the API within their grace: podgc force-deleted them once its quarantine was over, while
+            # their kubelet, alive, still stops them (it kills a pod removed from the API with its grace): the
+            # action is not completed under them until that grace is over, nor past the drain's deadline
+            log.warning("the pods of node %s are gone, still stopping until %s: waiting", node, stopping)
+            until = (min(stopping, deadline) - now).total_seconds()
+            wait = max(1.0, min(until, float(self._policy.poll_seconds)))
+            return Outcome.wait(wait, extra=record.extra, **changes)
         if now >= deadline and int(record.extra.get(POLLS, 0)) > 0:
             # Past its deadline, pods still held there (a PodDisruptionBudget refused their evictions): the timeout
             # policy acts, as on a node that is there (every drain asks its pods to leave once, before any force).
