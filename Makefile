@@ -22,7 +22,7 @@ unexport PYTHONDONTWRITEBYTECODE
 export PATH := $(abspath $(BIN)):$(PATH)
 
 .PHONY: help install lock lint lint-types template build pytest durations test test-unit test-contracts test-functions \
-	test-integration test-sandbox test-campaign test-crash test-benchmarks demo sandbox bench clean
+	test-integration test-sandbox test-campaign test-crash test-benchmarks mutations demo sandbox bench clean
 
 help:
 	@echo "make demo      run the demo on the local sandbox (sets everything up)"
@@ -30,6 +30,7 @@ help:
 	@echo "make test-unit | test-contracts | test-functions | test-integration | test-sandbox | test-campaign | test-benchmarks"
 	@echo "make test-crash  the crash tests at every kill point (make test runs a sample of them)"
 	@echo "               one level of the suite (tests/README.md), without coverage"
+	@echo "make mutations   every planted bug of the campaign's tests run end to end (make test runs one)"
 	@echo "make sandbox   start the sandbox and keep it running (watch it with kubectl)"
 	@echo "make bench     run the benchmarks and print their ratios"
 	@echo "make durations run the tests as make test does and record each file's time (tests/durations.json)"
@@ -70,7 +71,8 @@ PYTEST_ARGS ?=
 
 pytest: install
 	@command -v kubectl >/dev/null || { echo "kubectl is required: the sandbox tests drive it"; exit 1; }
-	pytest -n $(PYTEST_WORKERS) --dist loadfile --cov --cov-report=term --cov-report=xml -q --durations=25 $(PYTEST_ARGS)
+	pytest -n $(PYTEST_WORKERS) --dist loadfile -m "not mutations" --cov --cov-report=term --cov-report=xml -q \
+		--durations=25 $(PYTEST_ARGS)
 
 # The files go out to the workers longest first, by their times in tests/durations.json: after tests are added
 # or made faster, record them again (a whole run, as make test's; `make test PYTEST_ARGS=--record-durations`
@@ -96,7 +98,13 @@ test-sandbox: install
 	pytest -m sandbox -q -n $(PYTEST_WORKERS) --dist loadfile
 
 test-campaign: install
-	pytest -m campaign -q
+	pytest -m "campaign and not mutations" -q
+
+# The planted bugs whose judges tests/campaign/test_invariants.py shows failing on crafted histories, run end to end
+# on a mutated copy of the product (make test runs only the one whose judge no fast test feeds: test_mutations.py).
+# Each starts a world, and two wait out a 50 s outage and a tripled drain timeout: two at once, on their own workers.
+mutations: install
+	pytest tests/campaign/test_mutations.py -m mutations -q -n 2
 
 # The crash tests at every kill point (make test kills at a sample of them: tests/conftest.py's --kill-points)
 test-crash: install

@@ -1,6 +1,13 @@
 """A product with a planted bug is caught by a small campaign (``nodecycle chaos --mutations`` checks every
 planted bug; the README has its table). Apart from test_campaign.py so that the two sandboxes they start
-run on different workers."""
+run on different workers.
+
+CI runs one of these end to end: the deleted pods, whose judge ("pdb") no fast test feeds a crafted history. The
+others (marked ``mutations``, run by ``make mutations``) are caught by judges that tests/campaign/test_invariants.py
+already shows failing on the history each planted bug leaves, in milliseconds: "budget" (too many nodes drained at
+once), "precedence" (a pod deleted before its drain's timeout), "global-timeout" (an action Auto Scaling ended) and
+"slot-held" (a slot held past the drain timeout). Their end-to-end runs cost 200 s of CI's 230 s here, most of it
+waiting for a 50 s outage, a tripled drain timeout and a world started for each."""
 
 from __future__ import annotations
 
@@ -33,6 +40,7 @@ def test_every_planted_bug_still_applies_to_the_product_as_it_is(mutation: Mutat
 
 
 @pytest.mark.slow
+@pytest.mark.mutations
 def test_a_product_whose_budget_check_is_removed_is_caught() -> None:
     # Given a copy of the product whose budget admits every node
     mutation = next(m for m in MUTATIONS if m.name == "budget-check-removed")
@@ -78,6 +86,7 @@ def test_a_product_that_deletes_pods_instead_of_evicting_them_is_caught(
 
 
 @pytest.mark.slow
+@pytest.mark.mutations
 def test_a_product_that_forces_its_pods_out_before_the_drain_timeout_is_caught() -> None:
     # Given a copy of the product whose force policy deletes the pods at the drain's second poll, its timeout over
     # or not (invariant 9: only the drain's own time counts against its timeout)
@@ -93,6 +102,7 @@ def test_a_product_that_forces_its_pods_out_before_the_drain_timeout_is_caught()
 
 
 @pytest.mark.slow
+@pytest.mark.mutations
 def test_a_product_whose_sweeper_never_heartbeats_is_caught_when_its_work_queue_stalls() -> None:
     # Given a copy of the product whose sweeper keeps no open action alive (invariant 11)
     mutation = next(m for m in MUTATIONS if m.name == "sweeper-keep-alive-skipped")
@@ -116,6 +126,7 @@ def test_a_product_whose_sweeper_never_heartbeats_is_caught_when_its_work_queue_
 
 
 @pytest.mark.slow
+@pytest.mark.mutations
 def test_a_product_whose_drain_waits_past_its_timeout_is_caught_holding_its_slot() -> None:
     # Given a copy of the product whose drain waits three times DrainTimeoutSeconds (60 s, not 20) before its
     # timeout policy applies (invariant 10: no drain holds a slot past its timeout + force grace + a margin)
