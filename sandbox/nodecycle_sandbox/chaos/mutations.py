@@ -51,9 +51,9 @@ MUTATIONS = (
         "delete-not-evict",
         "the drain deletes its pods instead of evicting them: no PodDisruptionBudget is asked",
         "nodecycle/domain/drain/evict.py",
-        "            return self._cluster.evict(pod, podfilter.grace_for(pod, cap))\n",
-        "            self._cluster.delete_pod(pod, podfilter.grace_for(pod, cap))  # MUTATION: deleted, not evicted\n"
-        "            return EvictionResult(Eviction.EVICTED)\n",
+        "                result = self._cluster.evict(pod, grace)\n",
+        "                self._cluster.delete_pod(pod, grace)  # MUTATION: deleted, not evicted\n"
+        "                result = EvictionResult(Eviction.EVICTED)\n",
     ),
     Mutation(
         "force-before-timeout",
