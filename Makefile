@@ -30,7 +30,7 @@ help:
 	@echo "make test-unit | test-contracts | test-functions | test-integration | test-sandbox | test-campaign | test-benchmarks"
 	@echo "make test-crash  the crash tests at every kill point (make test runs a sample of them)"
 	@echo "               one level of the suite (tests/README.md), without coverage"
-	@echo "make mutations   every planted bug of the campaign's tests run end to end (make test runs one)"
+	@echo "make mutations   every planted bug of the campaign's tests run end to end (make test runs none)"
 	@echo "make sandbox   start the sandbox and keep it running (watch it with kubectl)"
 	@echo "make bench     run the benchmarks and print their ratios"
 	@echo "make durations run the tests as make test does and record each file's time (tests/durations.json)"
@@ -101,7 +101,7 @@ test-campaign: install
 	pytest -m "campaign and not mutations" -q
 
 # The planted bugs whose judges tests/campaign/test_invariants.py shows failing on crafted histories, run end to end
-# on a mutated copy of the product (make test runs only the one whose judge no fast test feeds: test_mutations.py).
+# on a mutated copy of the product (test_mutations.py; make test only checks that each still applies).
 # Each starts a world, and two wait out a 50 s outage and a tripled drain timeout: two at once, on their own workers.
 mutations: install
 	pytest tests/campaign/test_mutations.py -m mutations -q -n 2

@@ -663,3 +663,37 @@ def test_a_budget_write_of_one_stack_that_frees_grants_or_renews_another_owners_
     over = _observation([before, _as(_budget_of(T0 + 5, [], [waiting]), "chaos-b")], stacks=STACKS_OF)
     over.phases = [("launched", 1.0), ("seeded", 1.0), ("quiescent", 2.0), ("swept", 9.0)]
     assert "ownership" not in _judged(over)
+
+
+def _web_budget(at: float, healthy: int) -> HistoryEntry:
+    """The budget of s/web (app=web, 2 healthy required) as its controller wrote its status at ``at``."""
+    obj = {
+        "kind": "PodDisruptionBudget",
+        "metadata": {"name": "web", "namespace": "s"},
+        "spec": {"selector": {"matchLabels": {"app": "web"}}},
+        "status": {"currentHealthy": healthy, "desiredHealthy": 2},
+    }
+    return HistoryEntry(0, at, "update", "poddisruptionbudgets", "s", "web", "sandbox", False, obj)
+
+
+def test_a_budget_breached_by_pods_deleted_before_their_drains_timeout_is_a_violation() -> None:
+    # Given s/web's two pods healthy on i-1's node, cordoned at 2 s by the terminate action started at 1 s (the
+    # drain timeout is 20 s: the force policy may delete from 22 s)
+    def deleted(at: float) -> HistoryEntry:
+        pod = _pod(at, "web-1", removed=True)
+        labelled = {**pod.object, "metadata": {**pod.object["metadata"], "labels": {"app": "web"}}}
+        return replace(pod, source="api", object=labelled)
+
+    before = [_web_budget(T0, 2), _pod(T0, "web-1"), _node(T0 + 2, owner="chaos-a", cordoned=True)]
+    actions = [_terminate(T0 + 40)]
+    # When a DELETE (no eviction, no budget asked) takes a pod at 5 s and the budget falls to 1 healthy of 2
+    early = [*before, deleted(T0 + 5), _web_budget(T0 + 5.1, 1)]
+    # Then the breach is the drain's (invariant: PodDisruptionBudgets respected)
+    (breach,) = [v for v in check(_observation(early, actions=actions)) if v.invariant == "pdb"]
+    assert "s/web: 1 healthy pods, 2 required" in breach.detail
+    # But the force policy's delete past the drain's timeout excuses the breaches of the budgets selecting its pod
+    forced = [*before, deleted(T0 + 25), _web_budget(T0 + 25.1, 1)]
+    assert "pdb" not in _judged(_observation(forced, actions=actions))
+    # and a breach before the story began (the workloads still starting) is no one's
+    starting = [_web_budget(T0 - 5, 1), *before]
+    assert "pdb" not in _judged(_observation(starting, actions=actions))
