@@ -32,6 +32,7 @@ from nodecycle_sandbox.runner.cfn_yaml import load_template
 from nodecycle_sandbox.runner.faults import RunnerFaults
 from nodecycle_sandbox.runner.intrinsics import check_parameters, check_rules
 from nodecycle_sandbox.runner.runner import SANDBOX_SECRET_KEY, Runner
+from nodecycle_sandbox.start_profile import Profile
 
 if TYPE_CHECKING:
     from mypy_boto3_autoscaling import AutoScalingClient
@@ -127,6 +128,8 @@ class Sandbox:
         self.endpoint_url = ""
         # One injector for every stack's runner: its seeded dice are the run's, whichever stack rolls them.
         self.runner_faults = RunnerFaults()
+        # Where the start and the stop go, with NODECYCLE_SANDBOX_PROFILE set (start_profile.py).
+        self.profile = Profile()
 
     # -- what tests use -------------------------------------------------------------------------
 
@@ -258,29 +261,36 @@ class Sandbox:
         template, given = load_template(self._template()), {"ClusterName": options.cluster_name, **parameters}
         check_parameters(template, given, min_values=options.min_values)
         check_rules(template, given)
+        phase = self.profile.phase
         try:
-            if self._kube is None:
-                from nodecycle_sandbox.kube import KubeServer
+            with phase("kube"):
+                if self._kube is None:
+                    from nodecycle_sandbox.kube import KubeServer
 
-                self._kube = KubeServer(tls=True, cluster_name=options.cluster_name)
-            kube = self._kube
-            kube.start()
-            self._prepare_cluster()
-            self._start_aws()
-            self.aws.configure(global_timeout_factor=options.global_timeout_factor)
-            self.aws.plan_nodes(ready_after=options.node_ready_after, remove_after=options.node_remove_after)
-            ca_pem = kube.ca_pem
-            self.aws.point_cluster(
-                name=options.cluster_name,
-                endpoint=kube.url,
-                ca_pem=ca_pem.decode() if isinstance(ca_pem, bytes) else ca_pem,
-                authentication_mode=options.authentication_mode,
-            )
-            self._runner = self._new_runner(options.stack_name, parameters, options.settings)
-            self._grant_cluster_access(self._runner)
+                    self._kube = KubeServer(tls=True, cluster_name=options.cluster_name)
+                kube = self._kube
+                kube.start()
+                self._prepare_cluster()
+            with phase("aws"):
+                self._start_aws()
+                self.aws.configure(global_timeout_factor=options.global_timeout_factor)
+                self.aws.plan_nodes(
+                    ready_after=options.node_ready_after, remove_after=options.node_remove_after
+                )
+                ca_pem = kube.ca_pem
+                self.aws.point_cluster(
+                    name=options.cluster_name,
+                    endpoint=kube.url,
+                    ca_pem=ca_pem.decode() if isinstance(ca_pem, bytes) else ca_pem,
+                    authentication_mode=options.authentication_mode,
+                )
+            with phase("runner"):
+                self._runner = self._new_runner(options.stack_name, parameters, options.settings)
+                self._grant_cluster_access(self._runner)
             self._started.set()
             if options.group is not None:
-                self.create_group(options.group)
+                with phase("group"):
+                    self.create_group(options.group)
         except BaseException:
             self.stop()
             raise
@@ -421,20 +431,27 @@ class Sandbox:
 
     def stop(self) -> None:
         self._started.set()  # release a relay waiting in publish()
+        phase = self.profile.phase
         runners, self._runner, self._extra_runners = self._runners(), None, []
-        for runner in runners:
-            runner.stop(aws_going=True)  # (the AWS side stops next: the long polls end with it)
-        if self._aws_process is not None:
-            self._aws_process.stop()
-            self._aws_process = None
-        if self._local_control is not None:
-            self._local_control.close()
-            self._local_control = None
-        if self._moto is not None:
-            self._moto.stop()
-            self._moto = None
-        if self._kube is not None:
-            self._kube.stop()
+        with phase("stop runners"):
+            for runner in runners:
+                runner.stop(aws_going=True)  # (the AWS side stops next: the long polls end with it)
+        with phase("stop aws"):
+            if self._aws_process is not None:
+                self._aws_process.stop()
+                self._aws_process = None
+            if self._local_control is not None:
+                self._local_control.close()
+                self._local_control = None
+            if self._moto is not None:
+                self._moto.stop()
+                self._moto = None
+        try:
+            with phase("stop kube"):
+                if self._kube is not None:
+                    self._kube.stop()
+        finally:
+            self.profile.write(size=self.options.group.size if self.options.group else 0)
 
     def __enter__(self) -> Sandbox:
         return self.start()

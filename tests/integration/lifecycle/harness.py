@@ -107,12 +107,16 @@ def running(
         )
     )
     with Sandbox(opts, kube=kube) as sandbox:
+        phase = sandbox.profile.phase
         if size:  # (a group of none: the test scales it once it has set the scene)
-            sandbox.asg.wait_in_service(size, timeout=90)
+            with phase("in service"):
+                sandbox.asg.wait_in_service(size, timeout=90)
         if workloads:
-            sandbox.kube.seed(dict(workloads))
-            sandbox.kube.settle(timeout=30)
-        yield sandbox
+            with phase("workloads"):
+                sandbox.kube.seed(dict(workloads))
+                sandbox.kube.settle(timeout=30)
+        with phase("tests"):
+            yield sandbox
 
 
 @contextmanager
