@@ -369,6 +369,8 @@ class Runner:
         for trigger in spec.sqs:
             if not trigger.enabled:
                 continue
+            # (each source's pollers share one client of each, with a connection for every poller)
+            pollers = self._sqs_concurrency(trigger.max_concurrency)
             source = SqsEventSource(
                 spec=spec,
                 trigger=trigger,
@@ -376,10 +378,10 @@ class Runner:
                 journal=self.journal,
                 client_factory=functools.partial(self._mapping_client, spec, trigger),
                 region=self.region,
-                concurrency=self._sqs_concurrency(trigger.max_concurrency),
+                concurrency=pollers,
                 poll_wait=self._poll_wait,
                 faults=self.faults,
-                fault_client_factory=functools.partial(self._client, "sqs"),
+                fault_client_factory=functools.partial(self._client, "sqs", max_pool_connections=pollers),
                 deliveries=self._deliveries,
                 throttle_scale=self._throttle_scale,
                 mapping=self._lambda.mapping_uuid(spec.logical_id, trigger.name),
@@ -535,8 +537,12 @@ class Runner:
 
     def _mapping_client(self, spec: FunctionSpec, trigger: SqsTrigger) -> SQSClient:
         """An event source mapping polls with the function's role, as Lambda does, and reads the queue's
-        attributes when it starts."""
-        client: SQSClient = self._client("sqs", access_key=self.access_key(spec.logical_id))
+        attributes when it starts; its pollers share the client, a connection each."""
+        client: SQSClient = self._client(
+            "sqs",
+            access_key=self.access_key(spec.logical_id),
+            max_pool_connections=self._sqs_concurrency(trigger.max_concurrency),
+        )
         client.get_queue_attributes(QueueUrl=trigger.queue.url, AttributeNames=["VisibilityTimeout"])
         return client
 

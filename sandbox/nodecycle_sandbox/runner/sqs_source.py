@@ -203,6 +203,9 @@ class SqsEventSource:
         self._state = threading.Condition()
         self._busy = 0
         self._closed = False
+        # The clients this source's pollers share (`_clients`), made by the first poller to start.
+        self._shared: tuple[SQSClient, SQSClient] | None = None
+        self._shared_lock = threading.Lock()
 
     @property
     def source(self) -> str:
@@ -252,22 +255,35 @@ class SqsEventSource:
         except Exception as error:
             _log.debug("%s: could not end its long polls (%r)", self.source, error)
 
+    def _clients(self) -> tuple[SQSClient, SQSClient]:
+        """The mapping's client (the function's role) and the account's (for faults), one of each for all of
+        this source's pollers: a botocore client is thread-safe, and its pool gives each poller a connection of
+        its own (the factories size it). A client each cost every sandbox's start about 80 client creations
+        (5 ms of CPU each), for nothing the AWS side can tell apart: each long poll is still a request on a
+        connection of its own, under the same headers."""
+        with self._shared_lock:
+            if self._shared is None:
+                client = self._client_factory()  # (it reads the queue's attributes)
+                fault_client = self._fault_client_factory()  # faults may be armed later
+                # Once closed, not even botocore's retry of a long poll cut by the AWS side's end: the next
+                # sandbox's AWS side may have that port already, and queues of the same names.
+                client.meta.events.register("before-send.sqs", self._refuse_once_closed)
+                # (every poll says whose it is: the AWS side gates it by the mapping's state, and ends it at
+                # `end_polls`)
+                poller = {POLLER_HEADER: self._token}
+                if self._mapping is not None:
+                    poller[MAPPING_HEADER] = self._mapping
+                client.meta.events.register("before-sign.sqs.ReceiveMessage", _adding(poller))
+                self._shared = (client, fault_client)
+            return self._shared
+
     def _poll(self) -> None:
         try:
-            client = self._client_factory()  # (it reads the queue's attributes)
-            fault_client = self._fault_client_factory()  # faults may be armed later
+            client, fault_client = self._clients()
         except Exception:
             if self._stopping.is_set():
                 return  # the AWS side went away first during shutdown: `close` does not wait for a start
             raise
-        # Once closed, not even botocore's retry of a long poll cut by the AWS side's end: the next sandbox's
-        # AWS side may have that port already, and queues of the same names.
-        client.meta.events.register("before-send.sqs", self._refuse_once_closed)
-        # (every poll says whose it is: the AWS side gates it by the mapping's state, and ends it at `end_polls`)
-        poller = {POLLER_HEADER: self._token}
-        if self._mapping is not None:
-            poller[MAPPING_HEADER] = self._mapping
-        client.meta.events.register("before-sign.sqs.ReceiveMessage", _adding(poller))
         failures = _PollFailures()
         while not self._stopping.is_set():
             try:
