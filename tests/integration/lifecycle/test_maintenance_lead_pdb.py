@@ -1,9 +1,10 @@
-"""A maintenance drained a minute before it starts, on a node with a pod its PodDisruptionBudget never lets go. No
-lifecycle action is completed for a maintenance, so its drain keeps evicting under the budgets until its timeout
-policy must act for the pods' grace to be over before the start: the force then, not a second into the drain (a
-deadline capped as a terminate hook's, whose action must be completed minutes before its global timeout, was past
-before the drain began, and the force deleted what the budgets still held: the PodDisruptionBudget breach of
-shop/web seen in a maintenance drain, its pods crowded on the node by drains before it)."""
+"""A maintenance drained with a minute's lead (MaintenanceLeadMinutes=1), on a node with a pod its
+PodDisruptionBudget never lets go. No lifecycle action is completed for a maintenance, so its drain keeps evicting
+under the budgets until its timeout policy must act for the pods' grace to be over before the start: the force then,
+not a second into the drain (a deadline capped as a terminate hook's, whose action must be completed minutes before
+its global timeout, was past before the drain began, and the force deleted what the budgets still held: the
+PodDisruptionBudget breach of shop/web seen in a maintenance drain, its pods crowded on the node by drains before
+it)."""
 
 from __future__ import annotations
 
@@ -18,7 +19,10 @@ from tests.integration.lifecycle.harness import node_of, pin, records, running
 
 pytestmark = pytest.mark.slow
 
-STARTS_IN = 62.0  # MaintenanceLeadMinutes=1 drains from 2 s on
+# MaintenanceLeadMinutes=1 drains a maintenance 35 s ahead at once; its force must act 15 s before the start (the
+# forced pods' grace and the look's slack), some 18 s into the drain, not a second into it. (It was 62 s, the drain
+# from 2 s on and the force 45 s into it: a wait of 30 s more that told nothing more.)
+STARTS_IN = 35.0
 FORCE_GRACE = 10  # ForceGraceSeconds' default: the forced pods' grace, over before the start
 LOOK = 5  # the look at the force's deadline and at the grace's end
 
@@ -32,7 +36,7 @@ def test_a_maintenance_drain_a_minute_ahead_evicts_under_the_budgets_until_the_f
         pin(sandbox, node)
         sandbox.kube.reset_history()
 
-        # When AWS Health schedules its instance's retirement 62 s from now
+        # When AWS Health schedules its instance's retirement 35 s from now
         sandbox.asg.schedule_maintenance([instance], starts_in=STARTS_IN)
         starts = time.time() + STARTS_IN - 1  # (Health's times have whole seconds)
         record = wait_for(
@@ -57,7 +61,7 @@ def test_a_maintenance_drain_a_minute_ahead_evicts_under_the_budgets_until_the_f
         assert deletes, "the force deleted nothing"
         forced = min(deletes)
         assert forced >= starts - FORCE_GRACE - LOOK - 2, (
-            f"forced {starts - forced:.1f} s before the maintenance, with its drain {STARTS_IN - 2:.0f} s ahead"
+            f"forced {starts - forced:.1f} s before the maintenance, told {STARTS_IN:.0f} s ahead"
         )
         assert [b for b in pdb_breaches(history) if b.time < forced] == []
         assert {b.budget for b in pdb_breaches(history)} <= {"pinned/pinned"}
