@@ -27,14 +27,15 @@ from tests.integration.lifecycle.test_maintenance_and_stops import cordoned
 
 pytestmark = pytest.mark.slow
 
-LEAD_MINUTES = 6
+LEAD_MINUTES = 4
 # The maintenances start a lead time and 5 s from now: their drains are due 5 s on, the one slot held by another stack
 # already (due before intake takes them in, on a loaded machine, they join the line as soon as it does; it was 15 s,
-# waited out before every look below). A waiter looks at EC2 a quarter of the lead time into line (90 s), and stands
-# there until its start forces it past the budget a whole drain before it: 27 s with these settings (a 20 s drain
-# timeout, 2 s force grace, 5 s of look slack: a maintenance completes no action, so neither the stuck pods' minute
-# nor the engine's settle margin counts; drain/common._tail_of), some 5 minutes into line, well after its look. (It
-# was 182 s, a hook's tail, some 3 minutes into line; a 7-minute lead before that, the look at 105 s.)
+# waited out before every look below). A waiter looks at EC2 a quarter of the lead time into line (60 s: the least
+# there is, policy.MAINTENANCE_LOOK_LEAST), and stands there until its start forces it past the budget a whole drain
+# before it: 27 s with these settings (a 20 s drain timeout, 2 s force grace, 5 s of look slack: a maintenance
+# completes no action, so neither the stuck pods' minute nor the engine's settle margin counts; drain/common._tail_of),
+# some 3.5 minutes into line, well after its look. (A 6-minute lead, the look at 90 s, was 30 s more of the file's
+# wait; before that it was 182 s, a hook's tail, some 3 minutes into line; a 7-minute lead, the look at 105 s.)
 STARTS_IN = LEAD_MINUTES * 60 + 5.0
 LOOK_IN_LINE = LEAD_MINUTES * 60 / 4
 MOVED_BY = 3600.0  # how much later the customer moves the first reboot
