@@ -2,13 +2,15 @@
 it), or never listed (a Health scheduled change that is no scheduled event of the instance's), drains no node; one
 EC2 lists at a later start (moved) is drained for that start, whether moved before its drain or after it, and one
 moved earlier while its lifecycle waits is drained before its new start: end to end, EC2's listing read through
-DescribeInstanceStatus as the drain function reads it.
+DescribeInstanceStatus as the drain function reads it. And a maintenance's drain under a PodDisruptionBudget that never
+lets its pod go is forced only where it must be for the pods' grace to be over before the start.
 
-All five are one sandbox's, each on an instance of its own, their maintenances set going at once: each waits for its
+All six are one sandbox's, each on an instance of its own, their maintenances set going at once: each waits for its
 maintenance's lead time (15 s and more, real time), and one after the other on a sandbox each the file took five
 sandboxes' starts and the sum of those waits (two sandboxes, one for the first three and one for the two moves,
-still took two starts and two such waits one after the other, the sandbox busy all the while). Each test's
-instance is the only one its maintenance names, and its assertions are about its own node and its own lifecycle."""
+still took two starts and two such waits one after the other, the sandbox busy all the while; the forced drain had a
+file and a sandbox of its own, test_maintenance_lead_pdb, and waited 62 s more). Each test's instance is the only one
+its maintenance names, and its assertions are about its own node and its own lifecycle."""
 
 from __future__ import annotations
 
@@ -24,7 +26,8 @@ from nodecycle.domain.model import MAINTENANCE_LISTED, LifecycleRecord, Step, Tr
 from nodecycle_sandbox import Sandbox
 from nodecycle_sandbox.aws import ec2_events
 from nodecycle_sandbox.aws.group import wait_for
-from tests.integration.lifecycle.harness import node_of, records, running
+from nodecycle_sandbox.checks import last_pod_gone, pdb_breaches
+from tests.integration.lifecycle.harness import node_of, pin, records, running
 from tests.integration.lifecycle.test_maintenance_and_stops import cordoned, handled, holders_seen
 
 pytestmark = pytest.mark.slow
@@ -254,27 +257,51 @@ def move(sandbox: Sandbox, after_drain: str, earlier: str, scheduled: float) -> 
 
 
 @dataclass(frozen=True)
+class Pinned:
+    """The instance whose node runs a pod its PodDisruptionBudget never lets go, its retirement told PINNED_STARTS_IN
+    ahead, and when that retirement starts (time.time(), whole seconds as Health tells them)."""
+
+    instance: str
+    node: str
+    starts: float
+
+
+@dataclass(frozen=True)
 class Scene:
-    """The maintenances above and the moves, on one sandbox, each test on an instance of its own."""
+    """The maintenances above, the moves, and the pinned pod's retirement, on one sandbox, each test on an instance of
+    its own."""
 
     maintenances: Maintenances
     moves: Moves
+    pinned: Pinned
 
 
 @pytest.fixture(scope="module")
 def scene() -> Iterator[Scene]:
-    # (a budget of two, the harness's: the drains of the moves and of the moved maintenance may overlap; each test's
-    # assertions are about its own lifecycle)
-    with running(size=5, parameters={"MaintenanceLeadMinutes": "1"}) as sandbox:
-        called_off, never_listed, moved, after_drain, earlier = sorted(sandbox.asg.in_state("InService"))
+    # (a budget of three in the cluster and in a zone: the drains of the moves, of the moved maintenance and of the
+    # pinned pod's retirement may overlap, none of them waiting in line for another's slot; each test's assertions are
+    # about its own lifecycle)
+    parameters = {
+        "MaintenanceLeadMinutes": "1",
+        "BudgetMaxUnavailable": "3",
+        "BudgetMaxUnavailablePerZone": "3",
+    }
+    with running(size=6, parameters=parameters) as sandbox:
+        called_off, never_listed, moved, after_drain, earlier, pinned = sorted(
+            sandbox.asg.in_state("InService")
+        )
+        pinned_node = node_of(sandbox, pinned)
+        pin(sandbox, pinned_node)
         sandbox.kube.reset_history()
         # Every maintenance scheduled at once, their lead times running together
         began, event = tell_maintenances(sandbox, called_off, never_listed, moved)
         scheduled = schedule_moves(sandbox, after_drain, earlier)
+        sandbox.asg.schedule_maintenance([pinned], starts_in=PINNED_STARTS_IN)
+        pinned_starts = time.time() + PINNED_STARTS_IN - 1  # (Health's times have whole seconds)
         maintenances = take_in_and_change(sandbox, called_off, never_listed, moved, began)
         moves = move(sandbox, after_drain, earlier, scheduled)
         wait_for(lambda: handled(sandbox, event["id"]), 30, "intake's handling of the Health event")
-        yield Scene(maintenances=maintenances, moves=moves)
+        yield Scene(maintenances=maintenances, moves=moves, pinned=Pinned(pinned, pinned_node, pinned_starts))
 
 
 @pytest.fixture(scope="module")
@@ -338,3 +365,61 @@ def test_a_maintenance_moved_earlier_while_its_lifecycle_waits_is_drained_before
     assert drained.drain_started_at is not None
     assert drained.drain_started_at < moved
     assert cordoned(sandbox, node_of(sandbox, instance))
+
+
+# MaintenanceLeadMinutes=1 drains a maintenance 35 s ahead at once; its force must act 15 s before the start (the
+# forced pods' grace and the look's slack), some 18 s into the drain, not a second into it. (It was 62 s, the drain
+# from 2 s on and the force 45 s into it, on a sandbox of its own: a sandbox's start and a wait of 30 s more that told
+# nothing more.)
+PINNED_STARTS_IN = 35.0
+FORCE_GRACE = 10  # ForceGraceSeconds' default: the forced pods' grace, over before the start
+LOOK = 5  # the look at the force's deadline and at the grace's end
+
+
+def test_a_maintenance_drain_a_minute_ahead_evicts_under_the_budgets_until_the_force_must_act(
+    scene: Scene,
+) -> None:
+    """A maintenance drained with a minute's lead (MaintenanceLeadMinutes=1), on a node with a pod its
+    PodDisruptionBudget never lets go. No lifecycle action is completed for a maintenance, so its drain keeps evicting
+    under the budgets until its timeout policy must act for the pods' grace to be over before the start: the force
+    then, not a second into the drain (a deadline capped as a terminate hook's, whose action must be completed minutes
+    before its global timeout, was past before the drain began, and the force deleted what the budgets still held:
+    the PodDisruptionBudget breach of shop/web seen in a maintenance drain, its pods crowded on the node by drains
+    before it)."""
+    sandbox, pinned = scene.moves.sandbox, scene.pinned
+    instance, node, starts = pinned.instance, pinned.node, pinned.starts
+    store = records(sandbox)
+
+    # Given a node with a pod whose PodDisruptionBudget never lets it go (the fixture)
+    # When AWS Health schedules its instance's retirement 35 s from then (the fixture)
+    record = wait_for(
+        lambda: (
+            (r := store.get(f"{instance}/{Transition.SCHEDULED_CHANGE.short}"))
+            and r.step in (Step.CLEANUP, Step.DONE)
+            and r
+        ),
+        max(0.0, starts + 6 - time.time()),
+        "the maintenance drain",
+    )
+    history = sandbox.kube.history()
+
+    # Then the pinned pod is deleted by the force policy only where the force must act for its grace to be over
+    # before the start, not a second into the drain; the budgets are kept until then (the other drains of the
+    # sandbox evict under them too)
+    assert record.outcome == "drain-timeout-forced"
+    deletes = [
+        e.time
+        for e in history
+        if e.kind == "Pod" and e.source == "api" and e.verb == "delete" and e.resource == "pods"
+        if (e.object.get("spec") or {}).get("nodeName") == node
+    ]
+    assert deletes, "the force deleted nothing"
+    forced = min(deletes)
+    assert forced >= starts - FORCE_GRACE - LOOK - 2, (
+        f"forced {starts - forced:.1f} s before the maintenance, told {PINNED_STARTS_IN:.0f} s ahead"
+    )
+    assert [b for b in pdb_breaches(history) if b.time < forced] == []
+    assert {b.budget for b in pdb_breaches(history)} <= {"pinned/pinned"}
+    emptied = last_pod_gone(history, node)
+    assert emptied is not None
+    assert emptied < starts
