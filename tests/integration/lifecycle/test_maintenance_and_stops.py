@@ -21,7 +21,14 @@ from nodecycle_sandbox.aws.lifecycle import BOOT_SECONDS
 from nodecycle_sandbox.aws.records import TERMINATING
 from nodecycle_sandbox.checks import last_pod_gone, pdb_breaches
 from nodecycle_sandbox.kube import HistoryEntry
-from tests.integration.lifecycle.harness import held_by_a_budget, node_of, pin, records, running
+from tests.integration.lifecycle.harness import (
+    node_of,
+    pin,
+    records,
+    running,
+    wait_finished,
+    wait_terminated,
+)
 
 pytestmark = pytest.mark.slow
 
@@ -31,6 +38,7 @@ STARTS_IN = 62.0
 # A reboot 12 s from now: MaintenanceLeadMinutes=1 drains at once (in 3 s on two loaded cores); the test then
 # waits for the reboot's start, so this is as short as the drain allows
 REBOOT_IN = 12.0
+HELD = "held"  # the namespace of the pod whose PodDisruptionBudget holds up a drain
 LATER_IN = 3600.0  # a second maintenance of the same instance, an hour from now: drained 59 minutes on
 # How long the reboot of the test of the stale Ready keeps the kubelet away: longer than two of the watch's looks (12
 # drain polls of 1 s), shorter than the node monitor's grace (40 s), so that the node says Ready, as the old kubelet
@@ -45,11 +53,12 @@ class MinuteLead(NamedTuple):
 
 @pytest.fixture(scope="module")
 def minute_lead() -> Iterator[MinuteLead]:
-    """Five instances in service, maintenance drained a minute before it starts, Elastic IPs on: the sandbox of the
+    """Seven instances in service, maintenance drained a minute before it starts, Elastic IPs on: the sandbox of the
     tests that need nothing else, each on instances of its own, named when the sandbox started (a sandbox each was
-    a sandbox's start more each: the test of the stale Ready had a file and a sandbox of its own). The test that
-    stops an instance runs last: it leaves that instance's node and pods to a kubelet that is gone."""
-    with running(size=5, parameters={"MaintenanceLeadMinutes": "1", "EipMode": "allocate"}) as sandbox:
+    a sandbox's start more each: the test of the stale Ready had a file and a sandbox of its own, the test of the
+    terminate hook after a maintenance drain a sandbox of its own). The test that stops an instance runs last: it
+    leaves that instance's node and pods to a kubelet that is gone."""
+    with running(size=7, parameters={"MaintenanceLeadMinutes": "1", "EipMode": "allocate"}) as sandbox:
         yield MinuteLead(sandbox, sorted(sandbox.asg.in_state("InService")))
 
 
@@ -87,29 +96,30 @@ def test_a_health_update_of_a_maintenance_drained_for_does_not_pull_back_the_one
     assert node not in holders_seen(sandbox.kube.history())
 
 
-def test_a_terminate_hook_after_a_maintenance_drain_completes_at_once_while_the_next_one_waits() -> None:
-    parameters = {"MaintenanceLeadMinutes": "1", "BudgetMaxUnavailable": "1"}
-    with running(size=3, parameters=parameters) as sandbox:
-        instance = sorted(sandbox.asg.in_state("InService"))[0]
-        node = node_of(sandbox, instance)
-        store = records(sandbox)
+def test_a_terminate_hook_after_a_maintenance_drain_completes_at_once_while_the_next_one_waits(
+    minute_lead: MinuteLead,
+) -> None:
+    # (the module's sandbox: this test's instances are its sixth and seventh, both scaled in)
+    sandbox, (instance, held) = minute_lead.sandbox, minute_lead.instances[5:7]
+    node, held_node = node_of(sandbox, instance), node_of(sandbox, held)
+    store = records(sandbox)
 
-        # Given an instance with a reboot in 62 s and a retirement in an hour, its node drained (cordoned,
-        # empty) for the reboot, and the retirement's lifecycle now waiting on the record for its lead time
-        schedule_two_maintenances(sandbox, instance)
-        wait_for_the_second(sandbox, instance)
-        # ...and the budget's only slot held by another node's drain (its scale-in), which a
-        # PodDisruptionBudget holds up
-        _, held = held_by_a_budget(sandbox)
-        sandbox.asg.terminate(held, decrement=True)
-        held_node = node_of(sandbox, held)
+    # Given an instance with a reboot in 62 s and a retirement in an hour, its node drained (cordoned,
+    # empty) for the reboot, and the retirement's lifecycle now waiting on the record for its lead time
+    schedule_two_maintenances(sandbox, instance)
+    wait_for_the_second(sandbox, instance)
+    # ...and a slot of the budget held by another node's drain (its scale-in), which a PodDisruptionBudget holds
+    # up: a lifecycle that asked for one would be seen holding it, or waiting in line behind it
+    pin(sandbox, held_node, namespace=HELD)
+    sandbox.asg.terminate(held, decrement=True)
+    try:
         wait_for(lambda: nodecycle_annotations(sandbox, held_node), 30, "the held-up drain's slot and cordon")
         sandbox.kube.reset_history()
 
         # When the group scales in that instance (its terminate hook)
         sandbox.asg.terminate(instance, decrement=True)
 
-        # Then its action is completed at once, without waiting for a slot: the node was drained already
+        # Then its action is completed at once, without asking for a slot: the node was drained already
         hook = wait_for(
             lambda: next(
                 (
@@ -127,6 +137,11 @@ def test_a_terminate_hook_after_a_maintenance_drain_completes_at_once_while_the_
         assert record is not None
         assert record.outcome == "drained-by:scheduled-change"
         assert node not in holders_seen(sandbox.kube.history())
+    finally:
+        # (the held-up drain let go, its slot given back before the next test's drains ask for one)
+        sandbox.kube.delete_namespace(HELD)
+        wait_terminated(sandbox, held)
+        wait_finished(sandbox, held)
 
 
 def test_a_node_drained_for_a_reboot_is_uncordoned_once_the_reboot_is_over_and_its_instance_stayed(
