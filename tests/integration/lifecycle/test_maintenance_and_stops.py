@@ -58,7 +58,15 @@ def minute_lead() -> Iterator[MinuteLead]:
     a sandbox's start more each: the test of the stale Ready had a file and a sandbox of its own, the test of the
     terminate hook after a maintenance drain a sandbox of its own). The test that stops an instance runs last: it
     leaves that instance's node and pods to a kubelet that is gone."""
-    with running(size=7, parameters={"MaintenanceLeadMinutes": "1", "EipMode": "allocate"}) as sandbox:
+    # (a budget of three in the cluster and in a zone: the drains of the two reboots at once, of the terminate
+    # hook's held-up drain and of the stop's held-up drain never wait in line for each other's slots)
+    parameters = {
+        "MaintenanceLeadMinutes": "1",
+        "EipMode": "allocate",
+        "BudgetMaxUnavailable": "3",
+        "BudgetMaxUnavailablePerZone": "3",
+    }
+    with running(size=7, parameters=parameters) as sandbox:
         yield MinuteLead(sandbox, sorted(sandbox.asg.in_state("InService")))
 
 
@@ -144,36 +152,76 @@ def test_a_terminate_hook_after_a_maintenance_drain_completes_at_once_while_the_
         wait_finished(sandbox, held)
 
 
-def test_a_node_drained_for_a_reboot_is_uncordoned_once_the_reboot_is_over_and_its_instance_stayed(
-    minute_lead: MinuteLead,
-) -> None:
-    # (the module's sandbox: this test's instance is its second)
-    sandbox, instance = minute_lead.sandbox, minute_lead.instances[1]
-    node = node_of(sandbox, instance)
-    store = records(sandbox)
+class Reboots(NamedTuple):
+    """EC2's system reboots of two instances, their nodes drained for them, carried out at once (see ``reboots``)."""
 
-    # Given EC2's system reboot of one instance 12 s from now, its node drained (cordoned, empty) for it
-    sandbox.asg.schedule_maintenance([instance], code="system-reboot", starts_in=REBOOT_IN)
+    sandbox: Sandbox
+    back: str  # the instance whose kubelet was away for 3 s
+    kept_cordoned: bool  # whether its node was still cordoned as the reboot came
+    stale: str  # the instance whose kubelet was away for STALE_READY_BOOT_SECONDS
+    stale_booted_before: str | None  # its node's boot id before the reboot
+
+
+@pytest.fixture(scope="module")
+def reboots(minute_lead: MinuteLead) -> Reboots:
+    """The module's second and fifth instances, each with EC2's system reboot 12 s from now, their nodes drained
+    (cordoned, empty) for them; in the reboots' window, EC2 lists both events completed, the second's kubelet gone
+    for 3 s, the fifth's for STALE_READY_BOOT_SECONDS. Both reboots at once: one after the other, the tests waited
+    out two drains' lead times and two reboots."""
+    sandbox, back, stale = minute_lead.sandbox, minute_lead.instances[1], minute_lead.instances[4]
+    back_node, stale_node = node_of(sandbox, back), node_of(sandbox, stale)
+    stale_booted_before = boot_id(node_object(sandbox, stale_node))
+
+    for instance in (back, stale):
+        sandbox.asg.schedule_maintenance([instance], code="system-reboot", starts_in=REBOOT_IN)
     starts = time.time() + REBOOT_IN
     wait_for(
-        lambda: (
-            (r := store.get(f"{instance}/{Transition.SCHEDULED_CHANGE.short}"))
-            and r.drain_started_at is not None
-            and r.step in (Step.CLEANUP, Step.DONE)
-            and cordoned(sandbox, node)
-            and node not in current_holders(sandbox)
-        ),
+        lambda: drained_for_the_reboot(sandbox, back) and back_node not in current_holders(sandbox),
         REBOOT_IN,
         "the reboot's drain, its slot given back",
     )
+    wait_for(
+        lambda: drained_for_the_reboot(sandbox, stale),
+        max(0.0, starts + 30 - time.time()),
+        "the reboot's drain",
+    )
 
-    # When EC2 reboots it in its window (its kubelet gone for a few seconds), and lists the event completed
     time.sleep(max(0.0, starts - time.time()))
-    assert cordoned(sandbox, node)  # kept while the reboot could still come
-    sandbox.kube.kill_kubelet(node, grace_seconds=0)
-    sandbox.asg.end_maintenance([instance])
+    kept_cordoned = cordoned(sandbox, back_node)  # (while the reboot could still come)
+    sandbox.kube.reset_history()
+    sandbox.aws.configure(boot_seconds=STALE_READY_BOOT_SECONDS)
+    try:
+        sandbox.asg.end_maintenance([stale])
+    finally:
+        sandbox.aws.configure(boot_seconds=BOOT_SECONDS)
+    sandbox.kube.kill_kubelet(back_node, grace_seconds=0)
+    sandbox.asg.end_maintenance([back])
     time.sleep(3)
-    sandbox.kube.revive_kubelet(node)
+    sandbox.kube.revive_kubelet(back_node)
+    return Reboots(sandbox, back, kept_cordoned, stale, stale_booted_before)
+
+
+def drained_for_the_reboot(sandbox: Sandbox, instance: str) -> bool:
+    """Whether the node of ``instance`` is drained (cordoned, empty) for its maintenance, the lifecycle in its
+    cleanup."""
+    record = records(sandbox).get(f"{instance}/{Transition.SCHEDULED_CHANGE.short}")
+    return bool(
+        record
+        and record.drain_started_at is not None
+        and record.step in (Step.CLEANUP, Step.DONE)
+        and cordoned(sandbox, node_of(sandbox, instance))
+    )
+
+
+def test_a_node_drained_for_a_reboot_is_uncordoned_once_the_reboot_is_over_and_its_instance_stayed(
+    reboots: Reboots,
+) -> None:
+    # Given EC2's system reboot of one instance 12 s on, its node drained (cordoned, empty) for it (the fixture's)
+    # When EC2 reboots it in its window (its kubelet gone for a few seconds), and lists the event completed
+    sandbox, instance = reboots.sandbox, reboots.back
+    node = node_of(sandbox, instance)
+    store = records(sandbox)
+    assert reboots.kept_cordoned  # kept while the reboot could still come
 
     # Then the node, Ready again on the instance still in service, is uncordoned: no capacity is lost to
     # a maintenance that is over, and the lifecycle is done
@@ -188,36 +236,13 @@ def test_a_node_drained_for_a_reboot_is_uncordoned_once_the_reboot_is_over_and_i
 
 
 def test_a_node_drained_for_a_reboot_stays_cordoned_until_its_kubelet_is_back_from_the_reboot(
-    minute_lead: MinuteLead,
+    reboots: Reboots,
 ) -> None:
-    # (the module's sandbox: this test's instance is its fifth; its reboots keep the kubelet away for
-    # STALE_READY_BOOT_SECONDS until the test is over)
-    sandbox, instance = minute_lead.sandbox, minute_lead.instances[4]
+    # Given EC2's system reboot of one instance 12 s on, its node drained (cordoned, empty) for it (the fixture's)
+    # When EC2 reboots it in its window, listing the event completed at once, its kubelet away for 30 s
+    sandbox, instance = reboots.sandbox, reboots.stale
     node = node_of(sandbox, instance)
     store = records(sandbox)
-    booted_before = boot_id(node_object(sandbox, node))
-    sandbox.aws.configure(boot_seconds=STALE_READY_BOOT_SECONDS)
-    try:
-        # Given EC2's system reboot of one instance 12 s from now, its node drained (cordoned, empty) for it
-        sandbox.asg.schedule_maintenance([instance], code="system-reboot", starts_in=REBOOT_IN)
-        starts = time.time() + REBOOT_IN
-        wait_for(
-            lambda: (
-                (r := store.get(f"{instance}/{Transition.SCHEDULED_CHANGE.short}"))
-                and r.drain_started_at is not None
-                and r.step in (Step.CLEANUP, Step.DONE)
-                and cordoned(sandbox, node)
-            ),
-            REBOOT_IN + 30,
-            "the reboot's drain",
-        )
-
-        # When EC2 reboots it in its window, listing the event completed at once, its kubelet away for 30 s
-        time.sleep(max(0.0, starts - time.time()))
-        sandbox.kube.reset_history()
-        sandbox.asg.end_maintenance([instance])
-    finally:
-        sandbox.aws.configure(boot_seconds=BOOT_SECONDS)
 
     # Then the node is uncordoned, but only once the rebooted kubelet has posted its status (its new boot id): on the
     # Ready left from before the reboot, pods were sent to a node whose kubelet was not running
@@ -227,7 +252,7 @@ def test_a_node_drained_for_a_reboot_stays_cordoned_until_its_kubelet_is_back_fr
         for e in sandbox.kube.history()
         if e.resource == "nodes" and e.name == node and not e.removed and not unschedulable(e.object)
     )
-    assert boot_id(lifted.object) != booted_before, (
+    assert boot_id(lifted.object) != reboots.stale_booted_before, (
         "uncordoned on the Ready the kubelet left before the reboot"
     )
     assert instance in sandbox.asg.in_state("InService")
