@@ -29,6 +29,7 @@ from tests.integration.lifecycle.harness import (
     records,
     running,
     wait_for,
+    wait_quiet,
     wait_terminated,
 )
 
@@ -100,6 +101,13 @@ def scaled_in_to_pool(
     history = sandbox.kube.history()
     assert completed_before_drained(history, [action]) == []
     return instance, action, node_of(sandbox, instance), history
+
+
+def latest_lifecycle(sandbox: Sandbox, instance_id: str) -> LifecycleRecord | None:
+    """The record of the instance's latest terminate action (``find_record`` takes its first: on a module's
+    sandbox, an instance back from the pool may have gone there before)."""
+    action = latest_action(sandbox, instance_id, TERMINATING)
+    return None if action is None else records(sandbox).get(f"{instance_id}/terminate/{action.token}")
 
 
 def budget_entries_seen(history: list[HistoryEntry]) -> list[dict[str, Any]]:
@@ -394,110 +402,132 @@ def carries(invocation: Any, record_id: str) -> list[dict[str, Any]]:
     return [b for b in bodies if b.get("record_id") == record_id]
 
 
-def test_a_scale_in_into_a_running_pool_keeps_the_ready_node_cordoned_until_its_scale_out_wakes_the_watch() -> (
-    None
-):
+@pytest.fixture(scope="module")
+def running_pool() -> Iterator[Sandbox]:
+    """A group of three whose pool takes instances back and keeps them running (TAKES_BACK_RUNNING): the
+    sandbox of the tests of a running pool, each of which scales the group in and has the instance wait in the
+    pool (one each was a sandbox's start more: most of a test's time)."""
     with running(size=3, warm_pool=TAKES_BACK_RUNNING) as sandbox:
-        sandbox.kube.reset_history()
-
-        # When the group scales in by one, with a running pool that takes instances back
-        sandbox.asg.set_desired(2)
-
-        # Then the instance goes to the pool through the terminate hook, its node drained before, and waits
-        # there running
-        instance, _, node, history = scaled_in_to_pool(sandbox, "Warmed:Running")
-        assert {e.name for e in history if e.resource == "pods/eviction"} != set()
-        assert pdb_breaches(history) == []
-        record = wait_for(
-            lambda: (
-                (r := find_record(sandbox, instance)) is not None
-                and r.step is Step.CLEANUP
-                and r.extra.get(POOL_WATCH)
-                and r
-            ),
-            30,
-            "the cleanup watching the pool",
-        )
-        # its node Ready (its kubelet runs on), yet cordoned, released for this lifecycle, and without workload
-        in_pool = node_object(sandbox, node)
-        assert ready(in_pool)
-        assert cordoned(in_pool)
-        assert in_pool["metadata"]["annotations"].get(RELEASED_FOR_ANNOTATION) == record.id
-        assert workload_pods_on(sandbox, node) == []
-
-        # When the watch has looked at it for longer than it waits for a stopped node's kubelet to go (the
-        # clocks of the functions that run it moved past POOL_WATCH_SECONDS: the 15 minutes are not waited)
-        skew = float(POOL_WATCH_SECONDS + 60)
-        sandbox.arm_faults(
-            [
-                Fault("drain-clock", "clock-skew", target="DrainFunction", value=skew),
-                Fault("wake-clock", "clock-skew", target="WakeFunction", value=skew),
-            ],
-            seed=1,
-        )
-
-        # Then it tells, once, that the node stays cordoned while its instance waits in the pool running, and
-        # looks only once a minute from then on
-        wait_for(lambda: kept_in_pool_events(sandbox, node), 60, "the CordonKeptInWarmPool Event")
-        idle = wait_for(
-            lambda: (r := find_record(sandbox, instance)) is not None and r.extra.get(POOL_IDLE) and r,
-            30,
-            "the watch idle",
-        )
-        assert (idle.id, idle.finished) == (record.id, False)
-        assert len(kept_in_pool_events(sandbox, node)) == 1
-        assert cordoned(node_object(sandbox, node))
-
-        # When the group scales out again
-        sandbox.asg.set_desired(3)
-
-        # Then the same instance comes back from the pool through the launch hook, whose action is completed
-        back = wait_launched_from_pool(sandbox, instance)
-        assert (back.outcome, back.result) == ("completed", "CONTINUE")
-        wait_for(lambda: not cordoned(node_object(sandbox, node)), 60, "the node uncordoned")
-        finished = wait_for(
-            lambda: (r := records(sandbox).get(record.id)) is not None and r.finished and r,
-            30,
-            "the lifecycle that took the instance to the pool",
-        )
-        assert RELEASED_FOR_ANNOTATION not in (
-            node_object(sandbox, node)["metadata"].get("annotations") or {}
-        )
-        # and the cordon was lifted after the launch out of the pool began, by the wake-up its readiness gate
-        # sent the watch through the wake lane (not by the watch's own look, a minute apart)
-        uncordoned = first_uncordon_since(sandbox.kube.history(), node, back.started_at)
-        assert uncordoned is not None
-        # (the journal has an invocation once it has returned, a moment after what it did)
-        wait_for(
-            lambda: [
-                i
-                for i in sandbox.runner.journal.invocations(function="WakeFunction")
-                if i.started_at <= uncordoned <= i.finished_at
-                and any(m.get("wake") for m in carries(i, record.id))
-            ],
-            30,
-            "the wake lane's invocation that lifted the cordon",
-        )
-        assert finished.outcome == "drained"
+        yield sandbox
 
 
-def test_a_node_waiting_in_a_running_pool_keeps_its_cordon_through_a_kubelet_outage() -> None:
-    # Given a running pool that takes instances back, and nodes that turn NotReady 3 s after their kubelet is gone
-    with running(size=3, warm_pool=TAKES_BACK_RUNNING, node_monitor_grace=3) as sandbox:
-        # When the group scales in by one: the instance waits in the pool running, its node drained, Ready and
-        # cordoned, watched by the lifecycle that took it there
-        sandbox.asg.set_desired(2)
-        instance, _, node, _ = scaled_in_to_pool(sandbox, "Warmed:Running")
-        record = wait_for(
-            lambda: (r := find_record(sandbox, instance)) is not None and r.extra.get(POOL_WATCH) and r,
-            30,
-            "the cleanup watching the pool",
-        )
-        assert cordoned(node_object(sandbox, node))
+@pytest.fixture
+def in_running_pool(running_pool: Sandbox) -> Iterator[Sandbox]:
+    """The running pool's sandbox, with a fresh write history; after the test, put back as the next one needs it:
+    no fault armed, the group of three in service again, its pool empty and nothing in flight."""
+    sandbox = running_pool
+    sandbox.kube.reset_history()
+    yield sandbox
+    sandbox.disarm_faults()
+    sandbox.asg.set_desired(3)
+    sandbox.asg.wait_in_service(3, timeout=90)
+    wait_quiet(sandbox)
 
-        # When its kubelet is gone for a while (restarted, its runtime or its network down: the instance runs on,
-        # in the pool), until the watch has seen its node NotReady
-        sandbox.kube.kill_kubelet(node, grace_seconds=0)
+
+def test_a_scale_in_into_a_running_pool_keeps_the_ready_node_cordoned_until_its_scale_out_wakes_the_watch(
+    in_running_pool: Sandbox,
+) -> None:
+    sandbox = in_running_pool
+
+    # When the group scales in by one, with a running pool that takes instances back
+    sandbox.asg.set_desired(2)
+
+    # Then the instance goes to the pool through the terminate hook, its node drained before, and waits
+    # there running
+    instance, _, node, history = scaled_in_to_pool(sandbox, "Warmed:Running")
+    assert {e.name for e in history if e.resource == "pods/eviction"} != set()
+    assert pdb_breaches(history) == []
+    record = wait_for(
+        lambda: (
+            (r := latest_lifecycle(sandbox, instance)) is not None
+            and r.step is Step.CLEANUP
+            and r.extra.get(POOL_WATCH)
+            and r
+        ),
+        30,
+        "the cleanup watching the pool",
+    )
+    # its node Ready (its kubelet runs on), yet cordoned, released for this lifecycle, and without workload
+    in_pool = node_object(sandbox, node)
+    assert ready(in_pool)
+    assert cordoned(in_pool)
+    assert in_pool["metadata"]["annotations"].get(RELEASED_FOR_ANNOTATION) == record.id
+    assert workload_pods_on(sandbox, node) == []
+
+    # When the watch has looked at it for longer than it waits for a stopped node's kubelet to go (the
+    # clocks of the functions that run it moved past POOL_WATCH_SECONDS: the 15 minutes are not waited)
+    skew = float(POOL_WATCH_SECONDS + 60)
+    sandbox.arm_faults(
+        [
+            Fault("drain-clock", "clock-skew", target="DrainFunction", value=skew),
+            Fault("wake-clock", "clock-skew", target="WakeFunction", value=skew),
+        ],
+        seed=1,
+    )
+
+    # Then it tells, once, that the node stays cordoned while its instance waits in the pool running, and
+    # looks only once a minute from then on
+    wait_for(lambda: kept_in_pool_events(sandbox, node), 60, "the CordonKeptInWarmPool Event")
+    idle = wait_for(
+        lambda: (r := latest_lifecycle(sandbox, instance)) is not None and r.extra.get(POOL_IDLE) and r,
+        30,
+        "the watch idle",
+    )
+    assert (idle.id, idle.finished) == (record.id, False)
+    assert len(kept_in_pool_events(sandbox, node)) == 1
+    assert cordoned(node_object(sandbox, node))
+
+    # When the group scales out again
+    sandbox.asg.set_desired(3)
+
+    # Then the same instance comes back from the pool through the launch hook, whose action is completed
+    back = wait_launched_from_pool(sandbox, instance)
+    assert (back.outcome, back.result) == ("completed", "CONTINUE")
+    wait_for(lambda: not cordoned(node_object(sandbox, node)), 60, "the node uncordoned")
+    finished = wait_for(
+        lambda: (r := records(sandbox).get(record.id)) is not None and r.finished and r,
+        30,
+        "the lifecycle that took the instance to the pool",
+    )
+    assert RELEASED_FOR_ANNOTATION not in (node_object(sandbox, node)["metadata"].get("annotations") or {})
+    # and the cordon was lifted after the launch out of the pool began, by the wake-up its readiness gate
+    # sent the watch through the wake lane (not by the watch's own look, a minute apart)
+    uncordoned = first_uncordon_since(sandbox.kube.history(), node, back.started_at)
+    assert uncordoned is not None
+    # (the journal has an invocation once it has returned, a moment after what it did)
+    wait_for(
+        lambda: [
+            i
+            for i in sandbox.runner.journal.invocations(function="WakeFunction")
+            if i.started_at <= uncordoned <= i.finished_at
+            and any(m.get("wake") for m in carries(i, record.id))
+        ],
+        30,
+        "the wake lane's invocation that lifted the cordon",
+    )
+    assert finished.outcome == "drained"
+
+
+def test_a_node_waiting_in_a_running_pool_keeps_its_cordon_through_a_kubelet_outage(
+    in_running_pool: Sandbox,
+) -> None:
+    # Given a running pool that takes instances back
+    sandbox = in_running_pool
+    # When the group scales in by one: the instance waits in the pool running, its node drained, Ready and
+    # cordoned, watched by the lifecycle that took it there
+    sandbox.asg.set_desired(2)
+    instance, _, node, _ = scaled_in_to_pool(sandbox, "Warmed:Running")
+    record = wait_for(
+        lambda: (r := latest_lifecycle(sandbox, instance)) is not None and r.extra.get(POOL_WATCH) and r,
+        30,
+        "the cleanup watching the pool",
+    )
+    assert cordoned(node_object(sandbox, node))
+
+    # When its kubelet is gone for a while (restarted, its runtime or its network down: the instance runs on,
+    # in the pool), its node NotReady at once, until the watch has seen it NotReady
+    sandbox.kube.kill_kubelet(node, grace_seconds=0)
+    try:
         wait_for(lambda: not ready(node_object(sandbox, node)), 30, "the node NotReady")
         seen = wait_for(
             lambda: (
@@ -513,16 +543,18 @@ def test_a_node_waiting_in_a_running_pool_keeps_its_cordon_through_a_kubelet_out
         # instance is still out of service (a stopped instance's cannot, until it leaves the pool)
         assert not seen.finished
         assert cordoned(node_object(sandbox, node))
-
-        # and once the kubelet is back, its node Ready again, still no workload goes to the instance in the pool
+    finally:
+        # (the kubelet back whatever happened: the module's sandbox serves the next test)
         sandbox.kube.revive_kubelet(node)
-        wait_for(lambda: ready(node_object(sandbox, node)), 30, "the node Ready again")
-        sandbox.kube.settle(timeout=30)
-        back = node_object(sandbox, node)
-        assert cordoned(back)
-        assert back["metadata"]["annotations"].get(RELEASED_FOR_ANNOTATION) == record.id
-        assert sandbox.asg.pool_instances().get(instance) == "Warmed:Running"
-        assert workload_pods_on(sandbox, node) == []
+
+    # and once the kubelet is back, its node Ready again, still no workload goes to the instance in the pool
+    wait_for(lambda: ready(node_object(sandbox, node)), 30, "the node Ready again")
+    sandbox.kube.settle(timeout=30)
+    back = node_object(sandbox, node)
+    assert cordoned(back)
+    assert back["metadata"]["annotations"].get(RELEASED_FOR_ANNOTATION) == record.id
+    assert sandbox.asg.pool_instances().get(instance) == "Warmed:Running"
+    assert workload_pods_on(sandbox, node) == []
 
 
 # The group beside the sandbox's in the sweeper's adoptions below, its pool running (the sandbox's stopped). (The
