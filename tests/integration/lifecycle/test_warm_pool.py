@@ -7,6 +7,7 @@ from __future__ import annotations
 import functools
 import json
 from collections.abc import Iterator
+from contextlib import contextmanager
 from datetime import datetime
 from typing import Any, NamedTuple
 
@@ -233,12 +234,36 @@ def test_a_scale_out_from_the_pool_completes_the_launch_once_the_node_is_ready_a
     assert addresses_of(pooled, instance) != []
 
 
-def test_a_scale_in_back_into_the_pool_drains_the_node_first_and_a_scale_out_brings_it_back_schedulable() -> (
-    None
-):
-    with running(size=3, warm_pool=TAKES_BACK, parameters={"EipMode": "allocate"}) as sandbox:
-        sandbox.kube.reset_history()
+@pytest.fixture(scope="module")
+def taking_back() -> Iterator[Sandbox]:
+    """A group of three whose pool takes instances back (TAKES_BACK), Elastic IPs on: the sandbox of the tests of
+    a scale-in into a stopped pool and into a hibernated one (one each was a sandbox's start more). Kubelets renew
+    their Leases every second: the last renewal before a stop or a hibernation comes moments before it."""
+    with running(
+        size=3, warm_pool=TAKES_BACK, parameters={"EipMode": "allocate"}, node_lease_renew=1.0
+    ) as sandbox:
+        yield sandbox
 
+
+@contextmanager
+def pool_taking_back(sandbox: Sandbox, pool: WarmPoolSpec) -> Iterator[Sandbox]:
+    """The sandbox of ``taking_back`` with its pool put as ``pool`` (PutWarmPool: the pool is empty between its
+    tests, so no instance keeps the state of another), a fresh write history; afterwards, the group of three
+    in service again and nothing in flight."""
+    sandbox.asg.put_warm_pool(pool)
+    sandbox.kube.reset_history()
+    try:
+        yield sandbox
+    finally:
+        sandbox.asg.set_desired(3)
+        sandbox.asg.wait_in_service(3, timeout=90)
+        wait_quiet(sandbox)
+
+
+def test_a_scale_in_back_into_the_pool_drains_the_node_first_and_a_scale_out_brings_it_back_schedulable(
+    taking_back: Sandbox,
+) -> None:
+    with pool_taking_back(taking_back, TAKES_BACK) as sandbox:
         # When the group scales in by one, with a pool that takes instances back
         sandbox.asg.set_desired(2)
 
@@ -258,7 +283,7 @@ def test_a_scale_in_back_into_the_pool_drains_the_node_first_and_a_scale_out_bri
         # its budget slot taken for the drain, and given back once its cleanup watches the pool
         record = wait_for(
             lambda: (
-                (r := find_record(sandbox, instance)) is not None
+                (r := latest_lifecycle(sandbox, instance)) is not None
                 and r.step in (Step.CLEANUP, Step.DONE)
                 and r.extra.get(POOL_WATCH)
                 and r
@@ -293,7 +318,7 @@ def test_a_scale_in_back_into_the_pool_drains_the_node_first_and_a_scale_out_bri
         assert [t for t in lease_renewals(sandbox, node) if back.started_at <= t <= back.finished_at] != []
         wait_for(lambda: not cordoned(node_object(sandbox, node)), 30, "the node uncordoned")
         finished = wait_for(
-            lambda: (r := find_record(sandbox, instance)) is not None and r.finished and r,
+            lambda: (r := latest_lifecycle(sandbox, instance)) is not None and r.finished and r,
             30,
             "the lifecycle that took the instance to the pool",
         )
@@ -304,11 +329,10 @@ def test_a_scale_in_back_into_the_pool_drains_the_node_first_and_a_scale_out_bri
         assert addresses_of(sandbox, instance) != []
 
 
-def test_an_instance_resumed_from_a_hibernated_pool_on_the_same_boot_completes_its_launch_and_is_uncordoned() -> (
-    None
-):
-    # (kubelets that renew their Leases every second: the last renewal before the hibernation comes moments before it)
-    with running(size=3, warm_pool=TAKES_BACK_HIBERNATED, node_lease_renew=1.0) as sandbox:
+def test_an_instance_resumed_from_a_hibernated_pool_on_the_same_boot_completes_its_launch_and_is_uncordoned(
+    taking_back: Sandbox,
+) -> None:
+    with pool_taking_back(taking_back, TAKES_BACK_HIBERNATED) as sandbox:
         # Given an instance the group scaled in to its hibernated pool, its node drained and kept cordoned
         sandbox.asg.set_desired(2)
         instance, _, node, _ = scaled_in_to_pool(sandbox, "Warmed:Hibernated")
