@@ -47,9 +47,12 @@ DISRUPTION_TARGET = {
 # the eviction's preconditions refused after the budget check).
 DELETION_TIMEOUT_SECONDS = 120.0
 # evictionREST's EvictionsRetry: how many times, and how far apart, the delete of a pod evicted without its budgets
-# is tried when it meets a conflict
+# is tried when it meets a conflict; so is the budget's status write of one evicted under a budget, after which
+# the handler answers 504 Timeout "couldn't update PodDisruptionBudget %q due to conflicts" with Retry-After 10
+# (pkg/registry/core/pod/storage/eviction.go: errors.NewTimeoutError(..., 10) once the retries run out)
 CONFLICT_RETRIES = 20
 CONFLICT_RETRY_SECONDS = 0.5
+BUDGET_CONFLICTS_RETRY_AFTER = 10
 # checkAndDecrement's MaxDisruptedPodSize: more evictions not yet confirmed by the disruption controller are refused
 MAX_DISRUPTED_PODS = 2000
 
@@ -227,15 +230,35 @@ def evict(
     # is tried again, CONFLICT_RETRIES times in all, CONFLICT_RETRY_SECONDS apart, unless the request names a
     # resourceVersion of its own (evictionREST.Create: retry.OnError(EvictionsRetry, errors.IsConflict, ...)): its
     # 409 comes about 10 s late
+    # A budget's status write that meets a conflict (another eviction under it, its controller) is tried again
+    # CONFLICT_RETRIES times in all as well, whatever the request names, and then answered 504
     tries = 1 if (options.get("preconditions") or {}).get("resourceVersion") else CONFLICT_RETRIES
-    for attempt in range(1, tries + 1):
+    for attempt in range(1, CONFLICT_RETRIES + 1):
         try:
             return _evict_once(store, kubelet, namespace, name, options, source=source)
         except _IgnoredBudgetConflict as conflict:
-            if attempt == tries:
+            if attempt >= tries:
                 raise conflict.error from None
+        except _BudgetWriteConflict as conflict:
+            if attempt == CONFLICT_RETRIES:
+                raise errors.ApiError(
+                    504,
+                    "Timeout",
+                    # (apimachinery's NewTimeoutError: "Timeout: " and the message, details.retryAfterSeconds)
+                    f'Timeout: couldn\'t update PodDisruptionBudget "{conflict.budget}" due to conflicts',
+                    {},
+                    retry_after=BUDGET_CONFLICTS_RETRY_AFTER,
+                ) from None
         time.sleep(CONFLICT_RETRY_SECONDS)  # (without the store's lock)
     raise AssertionError("unreachable")
+
+
+class _BudgetWriteConflict(Exception):
+    """The status write of an eviction under a budget met a conflict (see Store.contended_budgets)."""
+
+    def __init__(self, budget: str) -> None:
+        super().__init__(budget)
+        self.budget = budget
 
 
 class _IgnoredBudgetConflict(Exception):
@@ -358,6 +381,8 @@ def _check_and_decrement(store: Store, pdb: JsonObj, pod: str) -> None:
         }
         status["conditions"] = with_condition(status.get("conditions") or [], condition, now)
     status["disruptedPods"] = {**disrupted, pod: rfc3339(now)}
+    if (namespace_of(pdb), name_of(pdb)) in store.contended_budgets:
+        raise _BudgetWriteConflict(name_of(pdb))  # (another writer updated it since it was read)
     updated = json_copy(pdb)
     updated["status"] = status
     store.write(PDBS, updated, verb="update", source=SANDBOX, resource="poddisruptionbudgets/status")

@@ -421,6 +421,18 @@ class KubeServer:
         self._controllers.hang_runtime(name, hung)
         self._poke()
 
+    def contend_budget(self, namespace: str, name: str, *, contended: bool = True) -> None:
+        """Other writers keep updating the PodDisruptionBudget (or, ``contended`` False, no longer do): many
+        evictions at once under it (several drains, several stacks), the disruption controller's status writes.
+        Each eviction it would allow meets a conflict at its status write, at every one of the eviction handler's
+        tries, and is answered 504 Timeout "couldn't update PodDisruptionBudget ... due to conflicts", Retry-After 10,
+        about 10 s late (see eviction.evict); an eviction it has no room for is still answered 429 at once."""
+        with self._store.lock:
+            if contended:
+                self._store.contended_budgets.add((namespace, name))
+            else:
+                self._store.contended_budgets.discard((namespace, name))
+
     def set_boot_status_lag(self, seconds: float, *, node: str | None = None) -> None:
         """How long after its instance booted (a reboot, a start) a kubelet first posts its node's status (Ready,
         the new boot's bootID), its Lease renewed meanwhile, as a real kubelet's may be (see

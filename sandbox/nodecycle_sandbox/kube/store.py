@@ -40,6 +40,9 @@ class Store:
         self._history: list[HistoryEntry] = []
         # called under the lock after every write or removal, with the type written
         self.listeners: list[Callable[[ResourceType], None]] = []
+        # The PodDisruptionBudgets (namespace, name) other writers keep updating meanwhile: every status write of
+        # the eviction handler on one of them meets a conflict (see eviction.evict)
+        self.contended_budgets: set[tuple[str, str]] = set()
 
     @property
     def revision(self) -> int:

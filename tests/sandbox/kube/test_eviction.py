@@ -598,3 +598,33 @@ def test_a_stale_uid_precondition_of_an_unhealthy_pod_the_budget_lets_go_is_429_
     current = kube.core.read_namespaced_pod(pods[0], "shop").metadata.resource_version
     both = {"preconditions": {**stale["preconditions"], "resourceVersion": current}}
     assert _evict(kube, pods[0], deleteOptions=both) == 409
+
+
+def test_an_eviction_whose_budget_status_writes_keep_conflicting_is_504_retry_after_10_after_the_handler_s_tries(
+    server: KubeServer, kube: Kube
+) -> None:
+    # Given a budget with room whose status other writers keep updating (many evictions at once under it)
+    pods = _seed_web(server, replicas=3, pdb={"maxUnavailable": 1})
+    server.contend_budget("shop", "web")
+
+    # When a pod is evicted
+    started = time.monotonic()
+    with pytest.raises(ApiException) as timed_out:
+        kube.core.create_namespaced_pod_eviction(pods[0], "shop", _eviction(pods[0]))
+    took = time.monotonic() - started
+
+    # Then it is answered as kube-apiserver answers it once its 20 tries, 500 ms apart, all met a conflict
+    # (eviction.go: EvictionsRetry, errors.NewTimeoutError(..., 10)): 504 Timeout with Retry-After 10, about
+    # 10 s late, the pod still there and the budget untouched
+    assert timed_out.value.status == 504
+    assert (timed_out.value.headers or {}).get("Retry-After") == "10"
+    body = status_of(timed_out.value)
+    assert body["reason"] == "Timeout"
+    assert body["message"] == 'Timeout: couldn\'t update PodDisruptionBudget "web" due to conflicts'
+    assert body["details"]["retryAfterSeconds"] == 10
+    assert took >= (eviction.CONFLICT_RETRIES - 1) * eviction.CONFLICT_RETRY_SECONDS
+    assert kube.core.read_namespaced_pod(pods[0], "shop").metadata.deletion_timestamp is None
+    assert kube.policy.read_namespaced_pod_disruption_budget("web", "shop").status.disruptions_allowed == 1
+    # And once its writers are done, the eviction goes through
+    server.contend_budget("shop", "web", contended=False)
+    assert _evict(kube, pods[0]) == 201
