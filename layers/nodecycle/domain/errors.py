@@ -21,6 +21,13 @@ class TransientError(Exception):
         self.retry_after = retry_after
 
 
+class Contended(TransientError):
+    """A transient failure of a call about one object whose Retry-After is that object's, not the server's: the
+    eviction of a pod whose PodDisruptionBudget's status writes kept meeting conflicts (many evictions at once under
+    it). Retried as any TransientError, but the calls about other objects go on meanwhile: the server is not
+    shedding load, and holding them too leaves the pods of every other budget waiting on this one's contention."""
+
+
 class AccessRefused(TransientError):
     """AWS refused a call to this function's role (AccessDenied, UnauthorizedOperation): a policy edited, a
     service control policy or a permissions boundary rolled out, IAM still propagating after a stack update.

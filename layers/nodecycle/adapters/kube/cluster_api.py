@@ -30,7 +30,7 @@ from nodecycle.adapters.kube.errors import (
     webhook_denied,
 )
 from nodecycle.adapters.kube.lists import PAGE, pages
-from nodecycle.domain.errors import TransientError
+from nodecycle.domain.errors import Contended, TransientError
 from nodecycle.domain.ports.cluster import (
     EXCLUDE_LB_LABEL,
     IN_PROGRESS_ANNOTATION,
@@ -63,6 +63,9 @@ LEGACY_ZONE_LABEL = "failure-domain.beta.kubernetes.io/zone"
 # The eviction subresource's words for a pod that more than one PodDisruptionBudget selects: a Status of code 500,
 # which kube-apiserver answers with 201 Created (read as the refusal it is: see core_v1._raise_failure_status)
 MULTIPLE_BUDGETS = "more than one PodDisruptionBudget"
+# The eviction subresource's words, in a 504 Timeout with Retry-After 10, once its 20 tries of the budget's status
+# write have all met a conflict (pkg/registry/core/pod/storage/eviction.go: EvictionsRetry, NewTimeoutError)
+BUDGET_CONFLICTS = "due to conflicts"
 # What a metadata-only client asks for one object (its metadata: name, uid, labels, annotations, version), else
 # the object whole from a server that cannot answer so
 METADATA_OBJECT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
@@ -507,6 +510,13 @@ class KubeCluster:
             if error.status in REFUSING:
                 # This pod's answer, not the cluster's: the other pods of the drain must still be evicted
                 return EvictionResult(Eviction.REFUSED, status_message(error))
+            if error.status == 504 and BUDGET_CONFLICTS in status_message(error):
+                # Its budget's contention (many evictions at once under it), not the server's load: the pod is
+                # asked again no sooner than the Retry-After, the pods of other budgets are asked meanwhile
+                raise Contended(
+                    f"evicting pod {pod.namespace}/{pod.name}: HTTP 504 {status_message(error)}",
+                    retry_after=retry_after(error),
+                ) from error
             with kube_errors(f"evicting pod {pod.namespace}/{pod.name}"):
                 raise
         except HTTPError as error:

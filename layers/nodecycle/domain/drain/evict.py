@@ -32,7 +32,7 @@ from nodecycle.domain.drain.common import (
 from nodecycle.domain.drain.orphans import NOTHING_CORDONED, holding
 from nodecycle.domain.drain.pod_notes import BLOCKED, DELETION, FAILING, PodNotes
 from nodecycle.domain.engine import Outcome
-from nodecycle.domain.errors import TransientError, retry_after_wait
+from nodecycle.domain.errors import Contended, TransientError, retry_after_wait
 from nodecycle.domain.flow import settle_step
 from nodecycle.domain.model import (
     SPOT_ACTION,
@@ -134,7 +134,9 @@ class _PodCalls:
         self._metrics = metrics
         self._time_left = time_left
         # What a failure's Retry-After asked (a 429 of API Priority and Fairness, a 503 of a server going away):
-        # the server's state, not the pod's, so the pass stops there and the next one waits that long
+        # the server's state, not the pod's, so the pass stops there and the next one waits that long. A pod's own
+        # (Contended: its budget's status writes in conflict) holds that pod alone: the pass goes on, and the next
+        # one waits that long too (the node cannot be empty before that pod is asked again)
         self.retry_after: float | None = None
         self.failures: list[tuple[PodInfo, TransientError]] = []  # this pass's failed calls, in order
 
@@ -162,8 +164,9 @@ class _PodCalls:
                 self.failures.append((pod, error))
                 failures += 1
                 if error.retry_after is not None:
-                    self.retry_after = error.retry_after
-                    return
+                    self.retry_after = max(self.retry_after or 0.0, error.retry_after)
+                    if not isinstance(error, Contended):
+                        return
                 if failures == FAILURES_PER_PASS:
                     return
                 continue
