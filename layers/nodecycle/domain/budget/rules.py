@@ -540,6 +540,8 @@ def fresh_holder(doc: BudgetDocument, request: SlotRequest, now: datetime) -> Sl
     assert holder is not None
     if holder.seeded:
         return None  # its lifecycle's first ask since it was seeded: judged (see claim)
+    if _claimed_elsewhere(doc, request):
+        return None  # (its slot is given up: see claim)
     return _decision(prune(doc, now), True, SlotReason.HELD)
 
 
@@ -737,6 +739,14 @@ def claim(
         others = doc.model_copy(update={"holders": tuple(h for h in doc.holders if h is not holder)})
         if not _fits_beside_holders(others, request):
             seeded, holder, doc = holder, None, others
+    if holder is not None and holder.owner == request.owner and _claimed_elsewhere(doc, request):
+        # The node was claimed by another stack that writes nothing here (see below) after this owner's slot was
+        # granted for it: two stacks of separate budgets, each granted the node in its own, and the other's cordon
+        # annotated it first. Its drain runs under its own budget: the slot held here for the node would only
+        # count a drain that is not this owner's, so it is given up in this write (any waiter it makes eligible is
+        # passed it by the write) and the node left alone
+        doc = doc.model_copy(update={"holders": tuple(h for h in doc.holders if h is not holder)})
+        return Claimed(doc, _decision(doc, False, SlotReason.CLAIMED_ELSEWHERE), None)
     if holder is not None:
         if holder.owner != request.owner:
             return Claimed(doc, _decision(doc, False, SlotReason.HELD_BY_OTHER_OWNER), None)
@@ -769,7 +779,7 @@ def claim(
 
     if waiter is not None and waiter.owner != request.owner:
         return Claimed(doc, _decision(doc, False, SlotReason.CLAIMED_BY_OTHER_OWNER), None)
-    if request.claimed_by not in (None, request.owner) and request.claimed_by not in doc.limits:
+    if _claimed_elsewhere(doc, request):
         # (no entry of its owner here, and none of its limits: that owner keeps its holders elsewhere, and its
         # drain of the node may be alive there. A slot taken here would have its node adopted from under it)
         return Claimed(doc, _decision(doc, False, SlotReason.CLAIMED_ELSEWHERE), None)
@@ -798,6 +808,12 @@ def claim(
     reason = SlotReason.FORCED if forced else SlotReason.REACQUIRED if renewing else SlotReason.GRANTED
     waited = now - entry.waiting_since if waiter is not None else None
     return Claimed(doc, _decision(doc, True, reason), waited, shed=shed)
+
+
+def _claimed_elsewhere(doc: BudgetDocument, request: SlotRequest) -> bool:
+    """Whether ``request``'s node carries the claim of another stack that writes nothing in ``doc`` (see
+    SlotRequest.claimed_by): its drain of the node may be alive under a budget of its own."""
+    return request.claimed_by not in (None, request.owner) and request.claimed_by not in doc.limits
 
 
 def _fits_beside_holders(doc: BudgetDocument, request: SlotRequest) -> bool:
