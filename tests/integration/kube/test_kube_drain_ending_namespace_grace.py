@@ -10,21 +10,22 @@ from __future__ import annotations
 
 import time
 from collections.abc import Iterator
-from datetime import timedelta
 
 import pytest
 from kubernetes.client import CoreV1Api
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
-from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube.cluster import drain_cluster, drain_server, evict_step
-from tests.integration.kube.test_kube_drain_ending_namespace import delete_namespace
+from tests.integration.kube.test_kube_drain_ending_namespace import (
+    INSTANCE,
+    NODE,
+    delete_namespace,
+    draining,
+)
 from tests.support.fakes import T0, FakeMetrics
-from tests.unit.drain.test_drain_steps import FakeEvents, terminating
+from tests.unit.drain.test_drain_steps import FakeEvents
 
-NODE = "ip-10-0-1-10.eu-west-1.compute.internal"
-INSTANCE = "i-0a1b2c3d4e5f60101"
 LONG_GRACE = 3600  # the pods' own grace, far past the drain's cap (60 s in the unit tests' policy)
 SEED = {
     "namespaces": ["shop", "team"],
@@ -40,7 +41,6 @@ SEED = {
         {"name": "api", "namespace": "team", "replicas": 1},
     ],
 }
-DEADLINE = T0 + timedelta(seconds=600)  # the drain timeout of the unit tests' policy
 
 
 @pytest.fixture
@@ -55,12 +55,6 @@ def server() -> Iterator[KubeServer]:
 def cluster(server: KubeServer) -> Iterator[KubeCluster]:
     with drain_cluster(server) as adapter:
         yield adapter
-
-
-def draining(**changes: object) -> LifecycleRecord:
-    identity = {"id": f"{INSTANCE}/terminate/token", "instance_id": INSTANCE, "node": NODE}
-    drain = {"drain_started_at": T0, "drain_deadline": DEADLINE}
-    return terminating(Step.EVICT, **identity, **drain, **changes)
 
 
 def graces(server: KubeServer, namespace: str) -> list[int | None]:

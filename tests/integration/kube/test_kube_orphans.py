@@ -9,7 +9,7 @@ import time
 from datetime import UTC, datetime, timedelta
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
-from nodecycle.domain.model import Step
+from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle_sandbox.kube import KubeServer
 from tests.integration.kube.test_kube_drain_steps import INSTANCE, NODE, evict, on_its_way_out, web_pods
 from tests.integration.kube.test_kube_drain_steps import SEED as DRAIN_STEPS_SEED
@@ -22,11 +22,9 @@ SEED = DRAIN_STEPS_SEED
 SERVER_OPTIONS = {"pod_gc_quarantine_seconds": QUARANTINE}
 
 
-def test_a_drain_whose_node_object_is_deleted_under_running_pods_evicts_them_before_it_settles(
-    cluster: KubeCluster, server: KubeServer
-) -> None:
-    # Given a drain in progress (its first pass over), and its node object deleted while its instance still runs
-    # (kubectl delete node): its pods stay bound to the node's name, running, until podgc's quarantine is over
+def _evicting(cluster: KubeCluster) -> tuple[LifecycleRecord, datetime]:
+    """The record of a drain of NODE whose first pass is over, begun now (its deadline 10 minutes on), and that
+    moment."""
     node = cluster.get_node(NODE)
     assert node is not None
     start = datetime.now(UTC)
@@ -40,6 +38,15 @@ def test_a_drain_whose_node_object_is_deleted_under_running_pods_evicts_them_bef
         drain_deadline=start + timedelta(seconds=600),
         extra={"polls": 1},
     )
+    return record, start
+
+
+def test_a_drain_whose_node_object_is_deleted_under_running_pods_evicts_them_before_it_settles(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a drain in progress (its first pass over), and its node object deleted while its instance still runs
+    # (kubectl delete node): its pods stay bound to the node's name, running, until podgc's quarantine is over
+    record, start = _evicting(cluster)
     pods = web_pods(cluster)
     server.remove_node(NODE)
     assert not any(on_its_way_out(server, pod) for pod in pods)
@@ -105,19 +112,7 @@ def test_a_drain_whose_deleted_nodes_pods_podgc_removed_within_their_grace_waits
 ) -> None:
     # Given a drain whose node object was deleted while its instance runs, its pods asked to leave (their live
     # kubelet stops them within their grace)
-    node = cluster.get_node(NODE)
-    assert node is not None
-    start = datetime.now(UTC)
-    record = terminating(
-        Step.EVICT,
-        id=f"{INSTANCE}/terminate/token",
-        instance_id=INSTANCE,
-        node=NODE,
-        node_uid=node.uid,
-        drain_started_at=start,
-        drain_deadline=start + timedelta(seconds=600),
-        extra={"polls": 1},
-    )
+    record, start = _evicting(cluster)
     pods = web_pods(cluster)
     server.remove_node(NODE)
     step = evict(cluster)
