@@ -11,7 +11,15 @@ from nodecycle.domain.drain.acquire import CLAIM_OUTLIVED
 from nodecycle.domain.drain.common import ADOPT_FROM
 from nodecycle.domain.model import Step
 from tests.support.fakes import T0
-from tests.unit.drain.test_drain_steps import NODE, FakeCluster, FakeSlots, acquire, node, terminating
+from tests.unit.drain.test_drain_steps import (
+    NODE,
+    FakeCluster,
+    FakeEvents,
+    FakeSlots,
+    acquire,
+    node,
+    terminating,
+)
 
 
 def _claim(started: object) -> str:
@@ -71,3 +79,28 @@ def test_a_claim_older_than_any_drain_is_adopted_whatever_budget_its_stack_write
     assert (taken.then, taken.again) == (None, False)
     assert taken.changes["extra"][ADOPT_FROM] == "stack-b"
     assert slots.holders == {NODE}
+
+
+def test_a_claim_left_alone_is_told_once_on_its_node_with_the_deadline_and_how_to_clear_it() -> None:
+    # Given a node stack-b claimed a minute ago, stack-b writing nothing in this budget (a stack of another
+    # BudgetNamespace, or one removed more than a day ago: this stack cannot tell which)
+    started = (T0 - timedelta(minutes=1)).isoformat()
+    cluster = FakeCluster(
+        nodes={NODE: node(owner="stack-b", in_progress=_claim(started), unschedulable=True)}
+    )
+    events = FakeEvents()
+    step = acquire(cluster, FakeSlots(), events=events)
+
+    # When this stack's lifecycle of the node asks for its slot, and again at its retry
+    waiting = step(terminating(Step.ACQUIRE_SLOT), T0)
+    again = step(terminating(Step.ACQUIRE_SLOT, extra=waiting.changes["extra"]), T0 + timedelta(seconds=30))
+
+    # Then a warning on the node says once whose claim keeps it, since when, that the action is completed undrained
+    # at this stack's drain timeout, and how to clear a claim whose stack is gone
+    assert again.again
+    assert events.written == [(NODE, "NodeClaimedElsewhere", "Warning")]
+    message = events.messages[0]
+    assert "stack-b" in message
+    assert started in message
+    assert (T0 + timedelta(seconds=600)).isoformat() in message
+    assert f"kubectl annotate node {NODE} nodecycle.io/owner- nodecycle.io/in-progress-" in message

@@ -48,7 +48,14 @@ from nodecycle.domain.model import (
 from nodecycle.domain.nodes import NODE_NAME, PRIVATE_DNS, NodeFinder
 from nodecycle.domain.policy import DrainPolicy, maintenance_look_in_line, maintenance_next_run
 from nodecycle.domain.ports.budget import Slots
-from nodecycle.domain.ports.cluster import Cluster, Events, NodeInfo, Refused
+from nodecycle.domain.ports.cluster import (
+    IN_PROGRESS_ANNOTATION,
+    OWNER_ANNOTATION,
+    Cluster,
+    Events,
+    NodeInfo,
+    Refused,
+)
 from nodecycle.domain.ports.instances import ScheduledEvents
 from nodecycle.domain.ports.lifecycle import RecordStore
 from nodecycle.domain.ports.runtime import Metrics
@@ -68,6 +75,9 @@ ASK_UNREAD_TOLD = "ask_unread_told"
 ASK_BUDGET_FAILING = "ask_budget_failing"
 ASK_BUDGET_FAILING_TOLD = "ask_budget_failing_told"
 _ASK_FAILURES = (ASK_UNREAD, ASK_UNREAD_TOLD, ASK_BUDGET_FAILING, ASK_BUDGET_FAILING_TOLD)
+# record.extra key: the other stack whose claim of the node, left alone as its budget cannot tell it dead
+# (CLAIMED_ELSEWHERE), was told of on the node (told once a lifecycle: its asks retry every BudgetRetrySeconds)
+CLAIM_LEFT_TOLD = "claim_left_told"
 # How long after AWS Health told of an instance's maintenance EC2 may still not list it (DescribeInstanceStatus):
 # intake takes in a maintenance EC2 does not list yet when Health's own event tells of it (EC2's list may lag it),
 # and a drain due that soon after is not held back for EC2's listing. Past it, one EC2 never listed (a Health event
@@ -192,6 +202,23 @@ class AcquireSlot:
         self._events = events
         self._records = records
 
+    def _tell_claim_left(self, record: LifecycleRecord, node: NodeInfo) -> None:
+        """Tell, on ``node``, that another stack's claim keeps this lifecycle from draining it (CLAIMED_ELSEWHERE).
+        Only that stack's budget can tell its drain dead, and a removed stack's claim is taken for one only
+        CLAIM_OUTLIVED after it began: until then its node's actions are completed undrained at their drain
+        timeout, with nothing else to show for it (no metric, no alarm). The operator who knows that stack is
+        gone clears the claim, and the next ask adopts the node."""
+        deadline = (record.received_at + self._policy.timeout).isoformat()
+        started = node.progress().get("started", "an unknown time")
+        message = (
+            f"Claimed by owner {node.owner} since {started}, a stack that writes nothing in this stack's budget "
+            f"(a budget of its own, or a stack removed): left to its drain. nodecycle ({record.owner}) gives up "
+            f"draining it for {_cause(record)} at {deadline}, the node undrained, unless the claim goes. If "
+            f"{node.owner} is gone: kubectl annotate node {node.name} {OWNER_ANNOTATION}- {IN_PROGRESS_ANNOTATION}-"
+        )
+        log.warning("node %s: %s", node.name, message)
+        self._events.on_node(node.name, node.uid, "NodeClaimedElsewhere", message, warning=True)
+
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
         if record.transition is Transition.TERMINATING:
             linked = self._linked(record, now)
@@ -299,7 +326,16 @@ class AcquireSlot:
                     record.group,
                 )
             elif now - record.received_at > self._policy.timeout:
+                if decision.reason is SlotReason.CLAIMED_ELSEWHERE:
+                    log.warning(
+                        "node %s left undrained: owner %s's claim (a budget of its own, or a stack gone) kept it",
+                        node.name,
+                        node.owner,
+                    )
                 return Outcome.goto(settle_step(record), outcome=f"node-owned-by:{node.owner}", **found)
+            elif decision.reason is SlotReason.CLAIMED_ELSEWHERE and extra.get(CLAIM_LEFT_TOLD) != node.owner:
+                found["extra"] = {**found["extra"], CLAIM_LEFT_TOLD: node.owner}
+                self._tell_claim_left(record, node)
             log.info("node %s is being drained by owner %s: waiting", node.name, node.owner)
             return Outcome.wait(self._policy.budget_retry_seconds, **found)
         if decision.reason is SlotReason.HELD_BY_OTHER_LIFECYCLE:
