@@ -143,3 +143,50 @@ def test_a_drain_whose_deleted_nodes_pods_podgc_removed_within_their_grace_waits
     record = record.model_copy(update=dict(waiting.changes))
     settled = step(record, stopped + timedelta(seconds=1))
     assert (settled.then, settled.changes["outcome"]) == (Step.COMPLETE, "node-gone")
+
+
+def test_a_deleted_nodes_pod_someone_deletes_with_a_longer_grace_is_asked_again_and_waited_out_for_the_drains(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a drain whose node object was deleted while its instance runs, and one of its pods being deleted by
+    # someone else (a rollout, an operator) with a grace of an hour, far past the pod's own and the drain's cap
+    node = cluster.get_node(NODE)
+    assert node is not None
+    start = datetime.now(UTC)
+    record = terminating(
+        Step.EVICT,
+        id=f"{INSTANCE}/terminate/token",
+        instance_id=INSTANCE,
+        node=NODE,
+        node_uid=node.uid,
+        drain_started_at=start,
+        drain_deadline=start + timedelta(seconds=600),
+        extra={"polls": 1},
+    )
+    slow = web_pods(cluster)[0]
+    cluster.delete_pod(slow, 3600)
+    server.remove_node(NODE)
+
+    # When the drain polls
+    step = evict(cluster)
+    outcome = step(record, start)
+
+    # Then it asks that pod again with the drain's grace, as on a node that is there: the API server shortens a
+    # deletion in progress (it never extends one), and the pod's kubelet stops it within that grace
+    shortened = next(p for p in cluster.pods_on(NODE) if p.uid == slow.uid)
+    assert shortened.deletion_at is not None
+    assert shortened.deletion_at <= start + timedelta(seconds=121)
+    stopped = max(p.deletion_at for p in cluster.pods_on(NODE) if p.deletion_at is not None)
+
+    # When podgc's quarantine ends and it force-deletes them all from the API
+    server.pod_gc_quarantine_seconds = 0
+    for _ in range(100):
+        if not any(pod.controller_kind == "ReplicaSet" for pod in cluster.pods_on(NODE)):
+            break
+        time.sleep(0.05)
+    assert not any(pod.controller_kind == "ReplicaSet" for pod in cluster.pods_on(NODE))
+
+    # Then the drain settles once that shortened grace is over, not at its own deadline (the hour's end capped by it)
+    record = record.model_copy(update=dict(outcome.changes))
+    settled = step(record, stopped + timedelta(seconds=1))
+    assert (settled.then, settled.changes.get("outcome")) == (Step.COMPLETE, "node-gone"), settled

@@ -4,7 +4,7 @@ delay."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator
 from contextlib import suppress
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -174,17 +174,22 @@ class _PodCalls:
             yield pod, answer
 
 
-def _stopping_until(extra: dict[str, Any], left: list[PodInfo], cap: int, now: datetime) -> datetime | None:
+def _stopping_until(
+    extra: dict[str, Any], left: list[PodInfo], cap: int, now: datetime, *, shortened: Collection[str] = ()
+) -> datetime | None:
     """By when the pods bound to a deleted node's name, ``left`` now (see orphans.holding), are stopped by their live
     kubelet should they go from the API now, and those gone before them (``extra``'s ORPHANS_STOPPING, as an earlier
     poll noted it): each pod being deleted at its deletion's deadline, any other within its grace (at most ``cap``)
-    from now. Podgc force-deletes them all from the API once its quarantine is over (40 s after the node went,
-    whatever their grace: gcOrphaned, kube-controller-manager's pkg/controller/podgc), and their kubelet, which sees
-    them removed, goes on stopping them with their grace (HandlePodRemoves): their absence from the API is no sign
-    that they have stopped. None: nothing noted, no pod left."""
+    from now, as is one being deleted whose deletion this poll asks again with that grace (its uid in ``shortened``:
+    someone else deleted it with a longer grace, which the API server shortens; noted at its own deadline, the
+    drain, which keeps the latest moment any poll noted, waited until its own deadline for a pod stopped long before).
+    Podgc force-deletes them all from the API once its quarantine is over (40 s after the node went, whatever their
+    grace: gcOrphaned, kube-controller-manager's pkg/controller/podgc), and their kubelet, which sees them removed,
+    goes on stopping them with their grace (HandlePodRemoves): their absence from the API is no sign that they have
+    stopped. None: nothing noted, no pod left."""
     found = [
         pod.deletion_at
-        if pod.deletion_at is not None
+        if pod.deletion_at is not None and pod.uid not in shortened
         else now + timedelta(seconds=podfilter.grace_for(pod, cap))
         for pod in left
     ]
@@ -781,9 +786,14 @@ class Evict:
             # from the slot as a failing renewal is, a holder TTL of them a wait for a slot, and past the deadline
             # the timeout policy, not the engine's retries until the global timeout: see _renewal_failing)
             raise _RenewalFailed(error) from error
-        asked = podfilter.to_evict(pods)
         left = holding(pods, now)
-        stopping = _stopping_until(record.extra, left, self._grace_cap(deadline, now), now)
+        cap = self._grace_cap(deadline, now)
+        # (a pod someone else deletes with a longer grace is asked again with the drain's, as on a node that is there:
+        # the API server shortens a deletion in progress; left alone, it held the drain to its own grace, an hour's
+        # deletion to the drain's deadline, once podgc removed it from the API)
+        outlasting = podfilter.outlasting(left, cap, now)
+        asked = podfilter.to_evict(pods) + outlasting
+        stopping = _stopping_until(record.extra, left, cap, now, shortened={pod.uid for pod in outlasting})
         if not left and (stopping is None or now >= min(stopping, deadline)):
             log.warning("node %s of %s is gone: nothing left to drain there", node, record.instance_id)
             return Outcome.goto(settle_step(record), outcome="node-gone")
@@ -835,7 +845,7 @@ class Evict:
             # Settled as node-gone instead, the action was completed under them, the force never applied, the
             # timeout never counted: they ran on until the instance's end, or podgc's force-delete.
             return self._timed_out(record, now, left, **changes)
-        return self._ask_to_leave(record, asked, self._grace_cap(deadline, now), deadline, now, **changes)
+        return self._ask_to_leave(record, asked, cap, deadline, now, **changes)
 
     def _tell(
         self, record: LifecycleRecord, pod: PodInfo, reason: str, why: str, *, what: str = "Eviction"
