@@ -150,19 +150,7 @@ def test_a_deleted_nodes_pod_someone_deletes_with_a_longer_grace_is_asked_again_
 ) -> None:
     # Given a drain whose node object was deleted while its instance runs, and one of its pods being deleted by
     # someone else (a rollout, an operator) with a grace of an hour, far past the pod's own and the drain's cap
-    node = cluster.get_node(NODE)
-    assert node is not None
-    start = datetime.now(UTC)
-    record = terminating(
-        Step.EVICT,
-        id=f"{INSTANCE}/terminate/token",
-        instance_id=INSTANCE,
-        node=NODE,
-        node_uid=node.uid,
-        drain_started_at=start,
-        drain_deadline=start + timedelta(seconds=600),
-        extra={"polls": 1},
-    )
+    record, start = _evicting(cluster)
     slow = web_pods(cluster)[0]
     cluster.delete_pod(slow, 3600)
     server.remove_node(NODE)
