@@ -20,6 +20,9 @@ with the usual credential chain, the cluster with the kubeconfig. Checked:
 - no aws-node-termination-handler in IMDS mode (its DaemonSet) draining the nodes of the stack's groups: it drains
   on Spot interruptions and scheduled events with no budget, as nodecycle does on those and on terminations (two
   drainers on one node: docs/migrating.md);
+- no node claimed (nodecycle.io/owner) by an owner no nodecycle stack of the region has (a removed stack's
+  leftover: a stack whose budget that owner writes nothing in leaves the node alone for up to nine days, each of
+  its drains there given up undrained at its timeout, with a NodeClaimedElsewhere event on the node);
 - each managed group's hooks: present, named in ManagedHooks, a heartbeat timeout long enough for the
   settings (HeartbeatMarginSeconds plus the later of WorkVisibilityTimeoutSeconds and ResumeGraceSeconds + 2,
   and at least how far apart two sweeps may heartbeat an action: SweepIntervalMinutes plus the later of
@@ -66,7 +69,14 @@ from nodecycle_cli.deployment import (
     session,
     stack_named_by,
 )
-from nodecycle_cli.doctor import aws_checks, cluster_checks, drainers, function_checks, settings_checks
+from nodecycle_cli.doctor import (
+    aws_checks,
+    claims,
+    cluster_checks,
+    drainers,
+    function_checks,
+    settings_checks,
+)
 from nodecycle_cli.doctor.findings import Finding, Status, as_json, exit_status, render
 from nodecycle_cli.doctor.permissions import Identity
 from nodecycle_cli.failures import CommandError, explain
@@ -475,6 +485,12 @@ class Doctor:
         findings += in_cluster(
             drainers.CHECK, lambda: drainers.termination_handlers(kube, self._group_instances())
         )
+        if self._deployment is not None:
+            deployment = self._deployment
+            findings += in_cluster(
+                claims.CHECK,
+                lambda: claims.leftover_claims(self.client("cloudformation"), kube, deployment),
+            )
         return findings
 
     def _group_instances(self) -> set[str] | None:

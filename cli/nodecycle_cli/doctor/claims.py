@@ -1,0 +1,105 @@
+"""The doctor's look for node claims no stack of the region will clear.
+
+A drain claims its node with the ``nodecycle.io/owner`` annotation (and ``nodecycle.io/in-progress``, its lifecycle
+and start). Another stack leaves such a node alone while the claim's owner writes nothing in its budget (a stack of
+another BudgetNamespace, or one removed more than a day ago), until the claim is nine days old (CLAIM_OUTLIVED): each
+terminate action of the node's instance is completed at its drain timeout with the node undrained (outcome
+``node-owned-by:OWNER``), a NodeClaimedElsewhere event on the node the only sign. A removed stack's leftover claim is
+that, and no sweeper clears it (each sweeper clears its own owner's only). Listed here: the claims whose owner is
+neither this stack's nor that of any stack in the region. A claim of a stack still there (another budget's drain in
+progress) is its drain's, not a finding.
+
+A warning, not a problem: the doctor sees the stacks of this account and region only, and a claim is harmful only
+once its node's instance is disrupted; the operator who knows the owner gone clears it."""
+
+from __future__ import annotations
+
+import json
+from collections.abc import Iterator, Mapping
+from typing import Any
+
+from nodecycle.domain.ports.cluster import IN_PROGRESS_ANNOTATION, OWNER_ANNOTATION
+from nodecycle_cli.doctor.findings import Finding
+
+CHECK = "cluster.node-claims"
+SHOWN = 10  # claims named in the finding (each with its command); the others counted
+_PAGE = 500  # nodes a list call returns at most (a continue token for the rest)
+
+
+def leftover_claims(cloudformation: Any, api_client: Any, deployment: Any) -> list[Finding]:
+    """One finding: the cluster's nodes claimed by an owner with no stack in the region, or none."""
+    from kubernetes import client
+
+    live = stack_owners(cloudformation) | {deployment.owner}
+    left = sorted(
+        (owner, name, started)
+        for name, owner, started in _claims(client.CoreV1Api(api_client))
+        if owner not in live
+    )
+    if not left:
+        return [Finding.ok(CHECK, f"every node claim in the cluster is a stack's of {deployment.region}")]
+    named = "; ".join(f"{name} by {owner} since {started}" for owner, name, started in left[:SHOWN])
+    more = f" and {len(left) - SHOWN} more" if len(left) > SHOWN else ""
+    owners = ", ".join(sorted({owner for owner, _, _ in left}))
+    commands = "; ".join(
+        f"kubectl annotate node {name} {OWNER_ANNOTATION}- {IN_PROGRESS_ANNOTATION}-"
+        for _, name, _ in left[:SHOWN]
+    )
+    # (kubectl's custom columns take the annotation's dots escaped)
+    listing = (
+        r" (the others: kubectl get nodes -o custom-columns=NAME:.metadata.name,"
+        r"OWNER:.metadata.annotations.nodecycle\.io/owner)"
+        if more
+        else ""
+    )
+    finding = Finding.warning(
+        CHECK,
+        f"{len(left)} node(s) claimed ({OWNER_ANNOTATION}) by an owner no nodecycle stack in "
+        f"{deployment.region} has ({owners}): {named}{more}",
+        "a stack whose budget the claim's owner writes nothing in (a removed stack's, one of another "
+        "BudgetNamespace) leaves the node alone until the claim is nine days old: each terminate action of its "
+        "instance is completed at the drain timeout with the node undrained "
+        "(outcome node-owned-by:OWNER, a NodeClaimedElsewhere event on the node), its pods never evicted",
+        f"if no stack of another account or region has that owner id (its drain would lose the node), clear each "
+        f"claim: {commands}{listing}; the next drain of the node adopts it",
+    )
+    return [finding]
+
+
+def stack_owners(cloudformation: Any) -> set[str]:
+    """The owner ids of the region's stacks, as many as might be nodecycle's: a claim of one is not reported. A
+    stack's OwnerId output (once created); before its outputs are there, its OwnerId parameter or its name (the
+    template's default). Stacks being deleted count: their functions may still drain."""
+    owners: set[str] = set()
+    for page in cloudformation.get_paginator("describe_stacks").paginate():
+        for stack in page["Stacks"]:
+            outputs = {o["OutputKey"]: o.get("OutputValue", "") for o in stack.get("Outputs") or []}
+            parameters = {
+                p["ParameterKey"]: p.get("ParameterValue", "") for p in stack.get("Parameters") or []
+            }
+            owners |= {outputs.get("OwnerId", ""), parameters.get("OwnerId", ""), stack["StackName"]}
+    return owners - {""}
+
+
+def _claims(core: Any) -> Iterator[tuple[str, str, str]]:
+    """Each claimed node: its name, its owner and its drain's start (as the in-progress annotation has it)."""
+    token = None
+    while True:
+        page = core.list_node(limit=_PAGE, _continue=token)
+        for node in page.items:
+            annotations: Mapping[str, str] = node.metadata.annotations or {}
+            owner = annotations.get(OWNER_ANNOTATION)
+            if owner:
+                yield node.metadata.name, owner, _started(annotations.get(IN_PROGRESS_ANNOTATION))
+        token = page.metadata._continue
+        if not token:
+            return
+
+
+def _started(progress: str | None) -> str:
+    try:
+        data = json.loads(progress or "")
+    except ValueError:
+        data = None
+    started = data.get("started") if isinstance(data, dict) else None
+    return str(started) if started else "an unknown time"

@@ -1,0 +1,178 @@
+"""``nodecycle doctor`` on a node claimed (``nodecycle.io/owner``) by an owner no stack of the region is any more.
+
+Since a stack leaves alone a node another owner claims when that owner writes nothing in its budget (a stack of
+another BudgetNamespace, or one removed more than a day ago), a removed stack's leftover claim keeps every drain of
+that node away for up to nine days (CLAIM_OUTLIVED): each terminate action of its instance is completed at its drain
+timeout with the node undrained (``node-owned-by:OWNER``), a NodeClaimedElsewhere event the only sign. The doctor
+lists the claims whose owner has no nodecycle stack in the region, with the command that clears each; a claim of a
+live stack (another budget's drain in progress, this stack's own) is no finding. The cluster is the sandbox's
+Kubernetes API server, the stacks moto's CloudFormation."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from kubernetes import client
+from moto import mock_aws
+
+from nodecycle_cli import cluster, doctor
+from nodecycle_cli.deployment import find
+from nodecycle_cli.doctor import Doctor, claims
+from nodecycle_cli.doctor.findings import Finding, Status
+from nodecycle_sandbox.kube import KubeServer
+from tests.functions.test_doctor_refused_reads import REGION
+
+LEFTOVER, SHARED, OWN, FREE = (f"ip-10-0-{n}-{n}.eu-west-1.compute.internal" for n in range(1, 5))
+STARTED = "2026-12-01T08:00:00+00:00"
+
+
+def stack(aws: boto3.Session, name: str, *, owner: str | None = None, namespace: str = "nodecycle") -> None:
+    """A nodecycle stack of the region (a lifecycle table among its outputs) on cluster prod, owner id ``owner``
+    (its name when None, as the template's OwnerId left empty)."""
+    template = {
+        "Parameters": {"ClusterName": {"Type": "String"}, "BudgetNamespace": {"Type": "String"}},
+        "Resources": {"Queue": {"Type": "AWS::SQS::Queue"}},
+        "Outputs": {
+            "OwnerId": {"Value": owner or name},
+            "LifecycleTableName": {"Value": f"{name}-LifecycleTable"},
+        },
+    }
+    aws.client("cloudformation").create_stack(
+        StackName=name,
+        TemplateBody=json.dumps(template),
+        Parameters=[
+            {"ParameterKey": "ClusterName", "ParameterValue": "prod"},
+            {"ParameterKey": "BudgetNamespace", "ParameterValue": namespace},
+        ],
+    )
+
+
+def claim(server: KubeServer, node: str, owner: str, started: str | None = STARTED) -> None:
+    """Annotate ``node`` as a drain's cordon does: its owner, and its drain in progress (when ``started``)."""
+    annotations = {"nodecycle.io/owner": owner}
+    if started is not None:
+        annotations["nodecycle.io/in-progress"] = json.dumps(
+            {"instance": "i-0123456789abcdef0", "transition": "terminate", "token": "t", "started": started}
+        )
+    client.CoreV1Api(server.api_client()).patch_node(node, {"metadata": {"annotations": annotations}})
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[tuple[boto3.Session, KubeServer, Any]]:
+    with mock_aws(), KubeServer(tls=True) as server:
+        for n, node in enumerate((LEFTOVER, SHARED, OWN, FREE), start=1):
+            server.add_node(node, instance_id=f"i-0{n:016x}", zone="eu-west-1a")
+        server.settle()
+        kubeconfig = str(server.write_kubeconfig(tmp_path / "kubeconfig"))
+        api = cluster.api_client(argparse.Namespace(kubeconfig=kubeconfig, context=None))
+        yield boto3.Session(region_name=REGION), server, api
+
+
+def found(aws: boto3.Session, api: Any) -> list[Finding]:
+    return claims.leftover_claims(aws.client("cloudformation"), api, find(aws, "nodecycle"))
+
+
+def test_a_node_claimed_by_an_owner_no_stack_of_the_region_has_is_a_warning_naming_how_to_clear_it(
+    world: tuple[boto3.Session, KubeServer, Any],
+) -> None:
+    # Given this stack, a stack of another budget namespace (owner team-b) on the cluster, a node claimed by an
+    # owner no stack has (nodecycle-old, removed), one by team-b, one by this stack, and one claimed by none
+    aws, server, api = world
+    stack(aws, "nodecycle")
+    stack(aws, "nodecycle-b", owner="team-b", namespace="team-b")
+    claim(server, LEFTOVER, "nodecycle-old")
+    claim(server, SHARED, "team-b")
+    claim(server, OWN, "nodecycle")
+
+    # When the doctor looks at the nodes' claims
+    findings = found(aws, api)
+
+    # Then one warning names the leftover claim's node, owner and start, and the command that clears it
+    assert [f.status for f in findings] == [Status.WARNING], findings
+    (warning,) = findings
+    assert warning.check == claims.CHECK
+    assert LEFTOVER in warning.what
+    assert "nodecycle-old" in warning.what
+    assert STARTED in warning.what
+    for other in (SHARED, OWN, FREE, "team-b"):
+        assert other not in warning.what
+    assert "undrained" in warning.why
+    assert "NodeClaimedElsewhere" in warning.why
+    assert f"kubectl annotate node {LEFTOVER} nodecycle.io/owner- nodecycle.io/in-progress-" in warning.fix
+
+
+def test_a_claim_without_its_drain_annotation_is_named_with_its_start_unknown(
+    world: tuple[boto3.Session, KubeServer, Any],
+) -> None:
+    aws, server, api = world
+    stack(aws, "nodecycle")
+    claim(server, LEFTOVER, "nodecycle-old", started=None)
+
+    (warning,) = found(aws, api)
+
+    assert warning.status is Status.WARNING
+    assert LEFTOVER in warning.what
+    assert "unknown" in warning.what
+
+
+def test_a_claim_of_a_stack_deleted_is_named(world: tuple[boto3.Session, KubeServer, Any]) -> None:
+    # Given the stack that claimed the node deleted since (DescribeStacks without a stack name lists it no more: a
+    # deleted stack is reached by its unique id only)
+    aws, server, api = world
+    stack(aws, "nodecycle")
+    stack(aws, "nodecycle-old")
+    claim(server, LEFTOVER, "nodecycle-old")
+    aws.client("cloudformation").delete_stack(StackName="nodecycle-old")
+
+    (warning,) = found(aws, api)
+
+    assert warning.status is Status.WARNING
+    assert "nodecycle-old" in warning.what
+
+
+def test_claims_of_live_stacks_only_are_fine(world: tuple[boto3.Session, KubeServer, Any]) -> None:
+    # Given every claim of a stack of the region: this stack's, and another budget namespace's drain in progress
+    aws, server, api = world
+    stack(aws, "nodecycle")
+    stack(aws, "nodecycle-b", owner="team-b", namespace="team-b")
+    claim(server, SHARED, "team-b")
+    claim(server, OWN, "nodecycle")
+
+    assert [f.status for f in found(aws, api)] == [Status.OK]
+
+
+def test_the_doctor_of_a_stack_makes_the_check(
+    world: tuple[boto3.Session, KubeServer, Any], tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given this stack on cluster prod (EKS's), the sandbox's API server taken for prod's (its endpoint is not
+    # moto's), and a node claimed by an owner no stack has
+    aws, server, _ = world
+    stack(aws, "nodecycle")
+    claim(server, LEFTOVER, "nodecycle-old")
+    aws.client("eks").create_cluster(
+        name="prod",
+        roleArn="arn:aws:iam::123456789012:role/eks",
+        resourcesVpcConfig={"subnetIds": ["subnet-1"]},
+    )
+    monkeypatch.setattr(doctor, "mismatch", lambda *_: None)
+    args = argparse.Namespace(
+        group=[],
+        cluster=None,
+        rbac=None,
+        verbose=False,
+        kubeconfig=str(tmp_path / "kubeconfig"),
+        context=None,
+    )
+
+    # When the doctor examines the stack
+    findings = [f for f in Doctor(args, aws, find(aws, "nodecycle")).examine() if f.check == claims.CHECK]
+
+    # Then the claim is among its findings
+    assert [f.status for f in findings] == [Status.WARNING], findings
+    assert LEFTOVER in findings[0].what
