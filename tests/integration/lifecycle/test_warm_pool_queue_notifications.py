@@ -6,9 +6,13 @@ event says it."""
 
 from __future__ import annotations
 
+import time
+from datetime import datetime
+
 import pytest
 
 from nodecycle.domain.model import Transition
+from nodecycle.domain.nodes import CLOCK_SKEW
 from nodecycle_sandbox import Sandbox
 from nodecycle_sandbox.aws.control import SANDBOX_ACCOUNT
 from nodecycle_sandbox.aws.group import default_hooks
@@ -93,6 +97,17 @@ def test_a_launch_out_of_a_hibernated_pool_told_by_the_queue_without_origin_comp
         # node still Ready from before (within the node monitor's grace), on the same boot, its kubelet renewing the
         # Lease again once it runs but posting the unchanged status only at its next report
         asleep_since = max(lease_renewals(sandbox, node))  # its kubelet's last renewal before the pool
+        # (a node older than its launch by more than the gate's clock allowance, as any node from before a warm pool
+        # is: it joined once its instance had booted, which went to the pool and slept since. The sandbox does all
+        # of that within seconds of its start, where a node registered a moment before the launch would be taken
+        # for the new instance's own; its Lease, renewed moments before the pool, is the stale one the gate must
+        # not take)
+        created = datetime.fromisoformat(
+            node_object(sandbox, node)["metadata"]["creationTimestamp"]
+        ).timestamp()
+        wait_for(
+            lambda: time.time() > created + CLOCK_SKEW.total_seconds() + 2, 15, "a node older than the launch"
+        )
         sandbox.aws.plan_nodes(join_after=HIBERNATED_FOR)
         sandbox.asg.set_desired(3)
 
