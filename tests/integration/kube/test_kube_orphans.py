@@ -41,6 +41,16 @@ def _evicting(cluster: KubeCluster) -> tuple[LifecycleRecord, datetime]:
     return record, start
 
 
+def _podgc_removes_them(server: KubeServer, cluster: KubeCluster) -> None:
+    """End podgc's quarantine, and wait (5 s at most) until it has force-deleted NODE's workload pods from the API."""
+    server.pod_gc_quarantine_seconds = 0
+    for _ in range(100):
+        if not any(pod.controller_kind == "ReplicaSet" for pod in cluster.pods_on(NODE)):
+            break
+        time.sleep(0.05)
+    assert not any(pod.controller_kind == "ReplicaSet" for pod in cluster.pods_on(NODE))
+
+
 def test_a_drain_whose_node_object_is_deleted_under_running_pods_evicts_them_before_it_settles(
     cluster: KubeCluster, server: KubeServer
 ) -> None:
@@ -126,12 +136,7 @@ def test_a_drain_whose_deleted_nodes_pods_podgc_removed_within_their_grace_waits
     # When podgc's quarantine ends within their grace: it force-deletes them from the API at once, while their
     # kubelet, which sees them removed, goes on stopping them within that grace (podgc gcOrphaned; the kubelet's
     # HandlePodRemoves kills a removed pod with its grace)
-    server.pod_gc_quarantine_seconds = 0
-    for _ in range(100):
-        if not any(pod.controller_kind == "ReplicaSet" for pod in cluster.pods_on(NODE)):
-            break
-        time.sleep(0.05)
-    assert not any(pod.controller_kind == "ReplicaSet" for pod in cluster.pods_on(NODE))
+    _podgc_removes_them(server, cluster)
 
     # Then the drain does not complete the action under them until their grace is over
     record = record.model_copy(update=dict(outcome.changes))
@@ -167,12 +172,7 @@ def test_a_deleted_nodes_pod_someone_deletes_with_a_longer_grace_is_asked_again_
     stopped = max(p.deletion_at for p in cluster.pods_on(NODE) if p.deletion_at is not None)
 
     # When podgc's quarantine ends and it force-deletes them all from the API
-    server.pod_gc_quarantine_seconds = 0
-    for _ in range(100):
-        if not any(pod.controller_kind == "ReplicaSet" for pod in cluster.pods_on(NODE)):
-            break
-        time.sleep(0.05)
-    assert not any(pod.controller_kind == "ReplicaSet" for pod in cluster.pods_on(NODE))
+    _podgc_removes_them(server, cluster)
 
     # Then the drain settles once that shortened grace is over, not at its own deadline (the hour's end capped by it)
     record = record.model_copy(update=dict(outcome.changes))

@@ -43,35 +43,30 @@ def test_a_group_both_stacks_manage_is_drained_by_one_and_its_action_completed_o
 
         # When the instance terminates: both stacks get its one action
         sandbox.asg.terminate(victim)
-        claimant = wait_for(lambda: _owner(sandbox, node), 60, "a stack claiming the node")
+        claimant = wait_for(lambda: claimant_of(sandbox, node), 60, "a stack claiming the node")
         other = stack_b if claimant == "nodecycle" else sandbox.runner
         # (the other stack's drain runs several times while the node's drain is stuck)
         seen = len(other.journal.invocations("DrainFunction"))
         wait_for(  # (or the action completed under that drain: the defect, told below without the wait)
             lambda: (
                 len(other.journal.invocations("DrainFunction")) >= seen + 4
-                or not _action(sandbox, victim).active
+                or not action_of(sandbox, victim).active
                 or None
             ),
             120,
             "the other stack's drain steps",
         )
-        action = _action(sandbox, victim)
+        action = action_of(sandbox, victim)
         assert action.active, f"completed under the drain of {claimant}: {action}"
         assert json.loads(_budget(sandbox))["holders"][0]["owner"] == claimant
         # ...and then the pod may go
         PolicyV1Api(sandbox.kube.api_client()).delete_namespaced_pod_disruption_budget("pinned", "b")
-        wait_for(lambda: not _action(sandbox, victim).active or None, 90, "the action's completion")
+        wait_for(lambda: not action_of(sandbox, victim).active or None, 90, "the action's completion")
 
         # Then the action was completed once the node was drained, and only the claimant ever annotated it
         history = sandbox.kube.history()
-        assert completed_before_drained(history, [_action(sandbox, victim)]) == []
-        owners = {
-            ((e.object.get("metadata") or {}).get("annotations") or {}).get(OWNER_ANNOTATION)
-            for e in history
-            if e.kind == "Node" and e.name == node
-        }
-        assert owners - {None} == {claimant}
+        assert completed_before_drained(history, [action_of(sandbox, victim)]) == []
+        assert owners_ever(history, node) == {claimant}
 
 
 def test_a_group_with_a_terminate_hook_of_each_stack_is_completed_by_each_only_after_the_drain() -> None:
@@ -95,7 +90,7 @@ def test_a_group_with_a_terminate_hook_of_each_stack_is_completed_by_each_only_a
 
         # When the instance terminates, both stacks' drains run a while on the stuck node, then the pod may go
         sandbox.asg.terminate(victim)
-        claimant = wait_for(lambda: _owner(sandbox, node), 60, "a stack claiming the node")
+        claimant = wait_for(lambda: claimant_of(sandbox, node), 60, "a stack claiming the node")
         other = stack_b if claimant == "nodecycle" else sandbox.runner
         seen = len(other.journal.invocations("DrainFunction"))
         wait_for(  # (or an action completed under the drain: the defect, told below without the wait)
@@ -141,15 +136,27 @@ def _overwritten_claims(history: list[HistoryEntry], node: str) -> list[tuple[st
     return overwritten
 
 
-def _owner(sandbox: Sandbox, node: str) -> str | None:
+def claimant_of(sandbox: Sandbox, node: str) -> str | None:
+    """The owner whose claim the cordoned ``node`` carries; None while it is not cordoned."""
     found = sandbox.kube.get_object("nodes", node)
     if found is None or not (found.get("spec") or {}).get("unschedulable"):
         return None
     return ((found["metadata"].get("annotations") or {}).get(OWNER_ANNOTATION)) or None
 
 
-def _action(sandbox: Sandbox, instance: str) -> ActionRecord:
+def action_of(sandbox: Sandbox, instance: str) -> ActionRecord:
+    """The terminate action of ``instance``."""
     return next(a for a in sandbox.asg.actions(transition=TERMINATING) if a.instance_id == instance)
+
+
+def owners_ever(history: list[HistoryEntry], node: str) -> set[str]:
+    """Every owner that ever annotated ``node``, as the API server's history tells."""
+    owners = {
+        ((e.object.get("metadata") or {}).get("annotations") or {}).get(OWNER_ANNOTATION)
+        for e in history
+        if e.kind == "Node" and e.name == node
+    }
+    return {owner for owner in owners if owner is not None}
 
 
 def _budget(sandbox: Sandbox) -> str:

@@ -8,12 +8,11 @@ from __future__ import annotations
 import pytest
 from kubernetes.client import PolicyV1Api
 
-from nodecycle.domain.ports.cluster import OWNER_ANNOTATION
 from nodecycle_cli.rbac import render
 from nodecycle_sandbox import Sandbox
-from nodecycle_sandbox.aws.records import TERMINATING, ActionRecord
 from nodecycle_sandbox.checks import completed_before_drained
 from tests.integration.lifecycle.harness import FAST, node_of, pin, running, wait_for
+from tests.integration.lifecycle.test_owners_shared_group import action_of, claimant_of, owners_ever
 
 pytestmark = pytest.mark.slow
 
@@ -46,7 +45,7 @@ def test_a_node_another_stack_of_another_budget_drains_is_not_adopted_from_it() 
         wait_for(lambda: _budget(sandbox, "nodecycle"), 60, "a budget document in nodecycle")
         wait_for(lambda: _budget(sandbox, NAMESPACE_B), 60, f"a budget document in {NAMESPACE_B}")
         PolicyV1Api(sandbox.kube.api_client()).delete_namespaced_pod_disruption_budget("pinned", "a")
-        wait_for(lambda: not _action(sandbox, first).active or None, 90, "the first action's completion")
+        wait_for(lambda: not action_of(sandbox, first).active or None, 90, "the first action's completion")
         node = node_of(sandbox, victim)
         # ...and on the victim's node a pod its PodDisruptionBudget will not let go, for now
         sandbox.kube.reset_history()
@@ -54,14 +53,14 @@ def test_a_node_another_stack_of_another_budget_drains_is_not_adopted_from_it() 
 
         # When the instance terminates: both stacks get its one action; one claims the node
         sandbox.asg.terminate(victim)
-        claimant = wait_for(lambda: _owner(sandbox, node), 60, "a stack claiming the node")
+        claimant = wait_for(lambda: claimant_of(sandbox, node), 60, "a stack claiming the node")
         other = stack_b if claimant == "nodecycle" else sandbox.runner
         seen = len(other.journal.invocations("DrainFunction"))
         wait_for(
             lambda: (
                 len(other.journal.invocations("DrainFunction")) >= seen + 4
-                or _owner(sandbox, node) != claimant
-                or not _action(sandbox, victim).active
+                or claimant_of(sandbox, node) != claimant
+                or not action_of(sandbox, victim).active
                 or None
             ),
             120,
@@ -69,30 +68,14 @@ def test_a_node_another_stack_of_another_budget_drains_is_not_adopted_from_it() 
         )
 
         # Then the node is still the claimant's, and the action open under its drain
-        assert _owner(sandbox, node) == claimant
-        assert _action(sandbox, victim).active
+        assert claimant_of(sandbox, node) == claimant
+        assert action_of(sandbox, victim).active
         # ...and once the pod may go, the action is completed after the drain, and no other owner ever claimed it
         PolicyV1Api(sandbox.kube.api_client()).delete_namespaced_pod_disruption_budget("pinned", "b")
-        wait_for(lambda: not _action(sandbox, victim).active or None, 90, "the action's completion")
+        wait_for(lambda: not action_of(sandbox, victim).active or None, 90, "the action's completion")
         history = sandbox.kube.history()
-        assert completed_before_drained(history, [_action(sandbox, victim)]) == []
-        owners = {
-            ((e.object.get("metadata") or {}).get("annotations") or {}).get(OWNER_ANNOTATION)
-            for e in history
-            if e.kind == "Node" and e.name == node
-        }
-        assert owners - {None} == {claimant}
-
-
-def _action(sandbox: Sandbox, instance: str) -> ActionRecord:
-    return next(a for a in sandbox.asg.actions(transition=TERMINATING) if a.instance_id == instance)
-
-
-def _owner(sandbox: Sandbox, node: str) -> str | None:
-    found = sandbox.kube.get_object("nodes", node)
-    if found is None or not (found.get("spec") or {}).get("unschedulable"):
-        return None
-    return ((found["metadata"].get("annotations") or {}).get(OWNER_ANNOTATION)) or None
+        assert completed_before_drained(history, [action_of(sandbox, victim)]) == []
+        assert owners_ever(history, node) == {claimant}
 
 
 def _budget(sandbox: Sandbox, namespace: str) -> str | None:
