@@ -111,8 +111,12 @@ def test_a_worker_sees_its_environment_context_and_has_its_aws_calls_counted(mak
 
 
 def test_a_crashed_worker_fails_its_batch_and_is_replaced(make_runner: MakeRunner) -> None:
-    # Given a handler whose process dies on the first "crash"
+    # Given a handler whose process dies on the first "crash", in a container already warm: the crash comes
+    # at once, well within the queue's one-second visibility timeout (a cold start longer than that, on a
+    # loaded machine, would have the message delivered again to a second container while the first still
+    # started, and the redelivery would not need a replacement)
     runner = make_runner(TEMPLATE, {"worker": HANDLER}, mode="process")
+    assert runner.warm("Worker", 1) == 1
 
     # When "crash" arrives
     _send(runner, "crash")
@@ -122,6 +126,7 @@ def test_a_crashed_worker_fails_its_batch_and_is_replaced(make_runner: MakeRunne
     failed, succeeded = runner.journal.invocations("Worker")
     assert not failed.ok
     assert (failed.error or "").startswith("Runtime.ExitError")
+    assert not failed.cold_start
     assert succeeded.cold_start
 
 
