@@ -10,7 +10,7 @@ from datetime import timedelta
 from nodecycle.domain.drain.acquire import CLAIM_OUTLIVED
 from nodecycle.domain.drain.common import ADOPT_FROM
 from nodecycle.domain.model import Step
-from tests.support.fakes import T0
+from tests.support.fakes import T0, FakeMetrics
 from tests.unit.drain.test_drain_steps import (
     NODE,
     FakeCluster,
@@ -104,3 +104,24 @@ def test_a_claim_left_alone_is_told_once_on_its_node_with_the_deadline_and_how_t
     assert started in message
     assert (T0 + timedelta(seconds=600)).isoformat() in message
     assert f"kubectl annotate node {NODE} nodecycle.io/owner- nodecycle.io/in-progress-" in message
+
+
+def test_an_action_completed_with_its_node_left_to_another_budgets_claim_is_counted_for_the_alarm() -> None:
+    # Given a node stack-b claimed a minute ago, stack-b writing nothing in this budget
+    started = (T0 - timedelta(minutes=1)).isoformat()
+    cluster = FakeCluster(
+        nodes={NODE: node(owner="stack-b", in_progress=_claim(started), unschedulable=True)}
+    )
+    metrics = FakeMetrics()
+    step = acquire(cluster, FakeSlots(), metrics)
+
+    # When this stack's lifecycle waits on it, then gives up at its drain timeout
+    waiting = step(terminating(Step.ACQUIRE_SLOT), T0)
+    assert "NodesClaimedElsewhere" not in metrics.counts  # (waiting is not yet a node left undrained)
+    extra = waiting.changes["extra"]
+    done = step(terminating(Step.ACQUIRE_SLOT, extra=extra), T0 + timedelta(seconds=601))
+
+    # Then the action completed with its node undrained pages, as a drain timeout does: the event on the node is
+    # read by whoever looks at the node, the metric by the alarm
+    assert done.changes["outcome"] == "node-owned-by:stack-b"
+    assert metrics.counts["NodesClaimedElsewhere"] == 1

@@ -332,6 +332,9 @@ class AcquireSlot:
                         node.name,
                         node.owner,
                     )
+                    # an action completed with its pods never evicted: a page (NodesClaimedElsewhereAlarm), as a
+                    # drain timeout is; the event on the node is seen only by whoever looks at the node
+                    self._metrics.count("NodesClaimedElsewhere")
                 return Outcome.goto(settle_step(record), outcome=f"node-owned-by:{node.owner}", **found)
             elif decision.reason is SlotReason.CLAIMED_ELSEWHERE and extra.get(CLAIM_LEFT_TOLD) != node.owner:
                 found["extra"] = {**found["extra"], CLAIM_LEFT_TOLD: node.owner}
