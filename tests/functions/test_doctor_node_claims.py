@@ -176,3 +176,53 @@ def test_the_doctor_of_a_stack_makes_the_check(
     # Then the claim is among its findings
     assert [f.status for f in findings] == [Status.WARNING], findings
     assert LEFTOVER in findings[0].what
+
+
+def test_a_claim_named_after_a_stack_whose_owner_id_is_another_is_named(
+    world: tuple[boto3.Session, KubeServer, Any],
+) -> None:
+    # Given stack nodecycle-b, whose functions drain as owner team-b (its OwnerId set, or set since its first
+    # deployment), and an unrelated stack of the region named nodecycle-old (no OwnerId of its own: not nodecycle's),
+    # and a node claimed by each name: claims no stack's functions will renew or clear
+    aws, server, api = world
+    stack(aws, "nodecycle")
+    stack(aws, "nodecycle-b", owner="team-b", namespace="team-b")
+    aws.client("cloudformation").create_stack(
+        StackName="nodecycle-old",
+        TemplateBody=json.dumps({"Resources": {"Queue": {"Type": "AWS::SQS::Queue"}}}),
+    )
+    claim(server, LEFTOVER, "nodecycle-b")
+    claim(server, SHARED, "nodecycle-old")
+
+    (warning,) = found(aws, api)
+
+    # Then both are named: an owner is what a stack's functions drain as, not any stack's name
+    assert warning.status is Status.WARNING
+    assert LEFTOVER in warning.what
+    assert SHARED in warning.what
+
+
+def test_a_stack_without_its_outputs_yet_counts_by_its_owner_id_parameter_or_its_name() -> None:
+    # Given a nodecycle stack being created (no outputs yet: its OwnerId parameter, empty for its name), another with
+    # its OwnerId parameter set, and a stack of another template
+    pages = [
+        {
+            "Stacks": [
+                {"StackName": "nodecycle-new", "Parameters": [{"ParameterKey": "OwnerId", "ParameterValue": ""}]},
+                {"StackName": "nodecycle-c", "Parameters": [{"ParameterKey": "OwnerId", "ParameterValue": "c"}]},
+                {"StackName": "web", "Parameters": [{"ParameterKey": "Env", "ParameterValue": "prod"}]},
+            ]
+        }
+    ]
+
+    class Paginator:
+        def paginate(self) -> list[dict[str, Any]]:
+            return pages
+
+    class CloudFormation:
+        def get_paginator(self, name: str) -> Paginator:
+            assert name == "describe_stacks"
+            return Paginator()
+
+    # Then the owners are the first's name and the second's parameter, not the other template's stack
+    assert claims.stack_owners(CloudFormation()) == {"nodecycle-new", "c"}

@@ -67,9 +67,12 @@ def leftover_claims(cloudformation: Any, api_client: Any, deployment: Any) -> li
 
 
 def stack_owners(cloudformation: Any) -> set[str]:
-    """The owner ids of the region's stacks, as many as might be nodecycle's: a claim of one is not reported. A
-    stack's OwnerId output (once created); before its outputs are there, its OwnerId parameter or its name (the
-    template's default). Stacks being deleted count: their functions may still drain."""
+    """The owner ids the region's nodecycle stacks drain as: a claim of one is not reported. A stack's OwnerId
+    output, once created (what its functions drain as: the OwnerId parameter, or the stack's name when that is
+    empty); before its outputs are there, the same from its OwnerId parameter. A stack's name is no owner by itself:
+    a stack whose OwnerId names another (set, or changed since its first deployment) leaves its name's claims to no
+    one, and a stack of another template that took a removed stack's name renews none of them. Stacks being
+    deleted count: their functions may still drain."""
     owners: set[str] = set()
     for page in cloudformation.get_paginator("describe_stacks").paginate():
         for stack in page["Stacks"]:
@@ -77,7 +80,10 @@ def stack_owners(cloudformation: Any) -> set[str]:
             parameters = {
                 p["ParameterKey"]: p.get("ParameterValue", "") for p in stack.get("Parameters") or []
             }
-            owners |= {outputs.get("OwnerId", ""), parameters.get("OwnerId", ""), stack["StackName"]}
+            if "OwnerId" in outputs:
+                owners.add(outputs["OwnerId"])
+            elif "OwnerId" in parameters:  # (being created: no outputs yet)
+                owners.add(parameters["OwnerId"] or stack["StackName"])
     return owners - {""}
 
 
