@@ -6,7 +6,8 @@ from __future__ import annotations
 from dataclasses import replace
 
 from nodecycle.domain.budget import SlotReason
-from tests.unit.budget.fakes import BudgetFactory, MemoryBudgetStore, slot
+from nodecycle.domain.budget.rules import LIMITS_RETENTION
+from tests.unit.budget.fakes import BudgetFactory, FakeClock, MemoryBudgetStore, slot
 
 
 def test_a_node_claimed_by_a_stack_that_writes_nothing_here_gets_no_slot(
@@ -56,3 +57,28 @@ def test_a_slot_granted_before_another_stack_that_writes_nothing_here_claimed_th
     doc = store.read()
     assert doc is not None
     assert "n1" not in {e.node for e in doc.entries()}
+
+
+def test_a_stack_whose_limits_are_past_their_day_writes_nothing_here_for_a_holder_renewed_lately_too(
+    make_budget: BudgetFactory, store: MemoryBudgetStore, clock: FakeClock
+) -> None:
+    # Given green's last write in blue's budget (a drain over, its slot given back) a day ago less 30 s, and blue
+    # granted node n1 then
+    blue, green = make_budget(owner="blue"), make_budget(owner="green")
+    assert green.acquire(slot("n2", owner="green")).granted
+    green.release("n2", "rec-n2")
+    clock.advance(LIMITS_RETENTION.total_seconds() - 30)
+    assert blue.acquire(slot("n1")).granted
+
+    # When, a minute on (green's limits a day and 30 s old, still in the document: nobody wrote since), blue's drain
+    # finds n1 claimed by green and asks again, its holder renewed within a third of its TTL (100 s)
+    clock.advance(60)
+    decision = blue.acquire(replace(slot("n1"), claimed_by="green"))
+
+    # Then green writes nothing here, as a write would find it (its limits pruned): the slot is given up, the node
+    # left to green, not held to adopt it because no write pruned green's limits yet
+    assert (decision.granted, decision.reason) == (False, SlotReason.CLAIMED_ELSEWHERE)
+    doc = store.read()
+    assert doc is not None
+    assert "n1" not in {e.node for e in doc.entries()}
+    assert "green" not in doc.limits

@@ -540,9 +540,12 @@ def fresh_holder(doc: BudgetDocument, request: SlotRequest, now: datetime) -> Sl
     assert holder is not None
     if holder.seeded:
         return None  # its lifecycle's first ask since it was seeded: judged (see claim)
-    if _claimed_elsewhere(doc, request):
+    live = prune(doc, now)
+    # (judged on the pruned document, as claim judges it: the limits of an owner past LIMITS_RETENTION stay in the
+    # document until the next write, and would keep this lifecycle's slot for a node that owner's claim keeps)
+    if _claimed_elsewhere(live, request):
         return None  # (its slot is given up: see claim)
-    return _decision(prune(doc, now), True, SlotReason.HELD)
+    return _decision(live, True, SlotReason.HELD)
 
 
 def fresh_waiter(

@@ -359,8 +359,8 @@ class DisruptionBudget:
 
         def mutate(current: BudgetDocument | None) -> tuple[BudgetDocument | None, _Claimed]:
             now = self._clock.now()
-            # A holder that renewed lately (a drain's every poll) needs neither the pruned document nor the
-            # limits: decided before they are worked out
+            # A holder that renewed lately (a drain's every poll) needs neither this owner's limits nor the nodes
+            # in scope: decided before they are worked out
             held = None if current is None else rules.fresh_holder(current, request, now)
             if held is not None:
                 if not renewing:
