@@ -17,6 +17,7 @@ from tests.unit.drain.test_drain_steps import (
     FakeEvents,
     FakeSlots,
     acquire,
+    maintenance,
     node,
     terminating,
 )
@@ -123,5 +124,31 @@ def test_an_action_completed_with_its_node_left_to_another_budgets_claim_is_coun
 
     # Then the action completed with its node undrained pages, as a drain timeout does: the event on the node is
     # read by whoever looks at the node, the metric by the alarm
+    assert done.changes["outcome"] == "node-owned-by:stack-b"
+    assert metrics.counts["NodesClaimedElsewhere"] == 1
+
+
+def test_a_maintenance_drain_of_a_node_another_budget_claims_waits_and_tells_it_from_its_due_time() -> None:
+    # Given a scheduled maintenance told a week before its start (Health's notice), due to drain an hour before it,
+    # and its node claimed a minute ago by stack-b, which writes nothing in this budget
+    starts = T0 + timedelta(days=7)
+    due = starts - timedelta(hours=1)
+    claimed = (due - timedelta(minutes=1)).isoformat()
+    cluster = FakeCluster(nodes={NODE: node(owner="stack-b", in_progress=_claim(claimed), unschedulable=True)})
+    events, metrics = FakeEvents(), FakeMetrics()
+    step = acquire(cluster, FakeSlots(), metrics, events)
+
+    # When its drain first asks for its slot, at its due time
+    waiting = step(maintenance(Step.ACQUIRE_SLOT, starts), due)
+
+    # Then it waits for the claim as a hook's drain does (the drain's time begins at its due time, not at the
+    # notice a week before), told once on the node with a time to give up that is still ahead
+    assert waiting.again, waiting
+    assert events.written == [(NODE, "NodeClaimedElsewhere", "Warning")]
+    assert (due + timedelta(seconds=600)).isoformat() in events.messages[0]
+    assert "NodesClaimedElsewhere" not in metrics.counts
+    # and gives up (counted) once its drain timeout from then is over
+    extra = waiting.changes["extra"]
+    done = step(maintenance(Step.ACQUIRE_SLOT, starts, extra=extra), due + timedelta(seconds=601))
     assert done.changes["outcome"] == "node-owned-by:stack-b"
     assert metrics.counts["NodesClaimedElsewhere"] == 1

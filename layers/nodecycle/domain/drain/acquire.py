@@ -206,9 +206,9 @@ class AcquireSlot:
         """Tell, on ``node``, that another stack's claim keeps this lifecycle from draining it (CLAIMED_ELSEWHERE).
         Only that stack's budget can tell its drain dead, and a removed stack's claim is taken for one only
         CLAIM_OUTLIVED after it began: until then its node's actions are completed undrained at their drain
-        timeout, with nothing else to show for it (no metric, no alarm). The operator who knows that stack is
-        gone clears the claim, and the next ask adopts the node."""
-        deadline = (record.received_at + self._policy.timeout).isoformat()
+        timeout (counted then, NodesClaimedElsewhere: the alarm). The operator who knows that stack is gone clears
+        the claim, and the next ask adopts the node."""
+        deadline = _gives_up_at(record, self._policy).isoformat()
         started = node.progress().get("started", "an unknown time")
         message = (
             f"Claimed by owner {node.owner} since {started}, a stack that writes nothing in this stack's budget "
@@ -325,7 +325,7 @@ class AcquireSlot:
                     node.name,
                     record.group,
                 )
-            elif now - record.received_at > self._policy.timeout:
+            elif now > _gives_up_at(record, self._policy):
                 if decision.reason is SlotReason.CLAIMED_ELSEWHERE:
                     log.warning(
                         "node %s left undrained: owner %s's claim (a budget of its own, or a stack gone) kept it",
@@ -893,6 +893,18 @@ def _listed_start(record: LifecycleRecord, starts: list[datetime]) -> datetime |
     if successor is not None and successor.global_deadline <= first:
         return None
     return first
+
+
+def _gives_up_at(record: LifecycleRecord, policy: DrainPolicy) -> datetime:
+    """When a drain that waits for another owner's drain of its node (or claim) gives up, its own action settled:
+    its drain timeout after it began to ask. A hook's or a disruption's drain begins as it is received; a scheduled
+    maintenance's at its due time, the lead before its start (it is received at AWS Health's notice, days or weeks
+    before: timed from that, its timeout was over at its first ask, and it settled at once, untold on the node), and
+    it gives up no later than its drain's deadline may be (see _deadline_cap)."""
+    if record.transition is Transition.SCHEDULED_CHANGE:
+        due = max(record.received_at, record.global_deadline - policy.maintenance_lead)
+        return min(due + policy.timeout, _deadline_cap(record, policy))
+    return record.received_at + policy.timeout
 
 
 def _waiting_deadline(record: LifecycleRecord, policy: DrainPolicy) -> datetime:
