@@ -54,8 +54,9 @@ warnings.filterwarnings("ignore", message="No application metrics to publish")
 # The pages (an alarm of template.yaml fires at their first count, on the owner and service series) counted once
 # per action (or per decision) beside the write that says so: the engine's guard's GlobalTimeoutsNear with its
 # settlement's commit, LifecycleActionsExpired and LifecycleActionsUnknown with the commit past the action, a
-# step's DrainTimeouts, NodesClaimedElsewhere, ReadinessTimeouts or EipFailures with the outcome it commits, ForcedSlots and
-# BudgetQueueFull with the budget document's write, HeartbeatsThrottledLate with the heartbeat's retry time.
+# step's DrainTimeouts, NodesClaimedElsewhere, ReadinessTimeouts or EipFailures with the outcome it commits,
+# ForcedSlots and BudgetQueueFull with the budget document's write, HeartbeatsThrottledLate with the heartbeat's
+# retry time.
 # Powertools holds a metric without dimensions until the handler returns: an invocation the runtime ends after
 # such a write (its timeout: a later record of its batch hung; out of memory) lost the page, and the delivery
 # again finds the write made and counts nothing. So these are written out (their own EMF line) as they are

@@ -208,8 +208,14 @@ def test_a_stack_without_its_outputs_yet_counts_by_its_owner_id_parameter_or_its
     pages = [
         {
             "Stacks": [
-                {"StackName": "nodecycle-new", "Parameters": [{"ParameterKey": "OwnerId", "ParameterValue": ""}]},
-                {"StackName": "nodecycle-c", "Parameters": [{"ParameterKey": "OwnerId", "ParameterValue": "c"}]},
+                {
+                    "StackName": "nodecycle-new",
+                    "Parameters": [{"ParameterKey": "OwnerId", "ParameterValue": ""}],
+                },
+                {
+                    "StackName": "nodecycle-c",
+                    "Parameters": [{"ParameterKey": "OwnerId", "ParameterValue": "c"}],
+                },
                 {"StackName": "web", "Parameters": [{"ParameterKey": "Env", "ParameterValue": "prod"}]},
             ]
         }

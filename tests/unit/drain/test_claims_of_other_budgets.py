@@ -134,7 +134,9 @@ def test_a_maintenance_drain_of_a_node_another_budget_claims_waits_and_tells_it_
     starts = T0 + timedelta(days=7)
     due = starts - timedelta(hours=1)
     claimed = (due - timedelta(minutes=1)).isoformat()
-    cluster = FakeCluster(nodes={NODE: node(owner="stack-b", in_progress=_claim(claimed), unschedulable=True)})
+    cluster = FakeCluster(
+        nodes={NODE: node(owner="stack-b", in_progress=_claim(claimed), unschedulable=True)}
+    )
     events, metrics = FakeEvents(), FakeMetrics()
     step = acquire(cluster, FakeSlots(), metrics, events)
 
