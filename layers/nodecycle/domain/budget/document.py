@@ -64,6 +64,9 @@ _WITHOUT_SEEDED_HOLDERS = 3
 # alive behind it asks again as one whose slot expired.
 MAX_CLOCK_AHEAD = timedelta(minutes=10)
 MAX_ENTRY_TTL = timedelta(days=1)
+# How much older than its acquisition a holder passed on keeps its renewal at least (see Waiter.holding): stamps are
+# written to the microsecond, and kept so by every store
+_PASSED_BEFORE = timedelta(milliseconds=1)
 
 
 def _on_utc(stamp: datetime) -> datetime:
@@ -137,8 +140,16 @@ class Waiter(_Entry):
     passed: int = 0  # how often a younger waiter took a slot while this one would have fit
 
     def holding(self, *, acquired_at: datetime) -> Holder:
-        """This waiter's entry as a holder's, as of ``acquired_at`` (its renewal kept)."""
-        return Holder(**{name: getattr(self, name) for name in _Entry.model_fields}, acquired_at=acquired_at)
+        """This waiter's entry as a holder's, as of ``acquired_at`` (its renewal kept, but never later than
+        ``acquired_at``). A holder passed on is told apart by a renewal older than its acquisition until its
+        lifecycle renews it (see :func:`.rules.passed_on`); a waiter's renewal stamped by a container whose clock
+        runs ahead of the passer's, by less than the store moves stamps for (CLOCK_TOLERANCE), can be later than
+        the pass: taken then for a lifecycle that asked since, it was not woken again when its wake-up was lost,
+        and its slot idled until its own retry. Moved back, its slot expires sooner by that skew at most."""
+        entry = {name: getattr(self, name) for name in _Entry.model_fields}
+        if self.renewed_at > acquired_at:
+            entry["renewed_at"] = acquired_at - _PASSED_BEFORE
+        return Holder(**entry, acquired_at=acquired_at)
 
 
 class Released(_Model):

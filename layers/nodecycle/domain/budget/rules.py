@@ -835,9 +835,10 @@ def pass_on(doc: BudgetDocument, record_ids: Collection[str], owner: str, now: d
     The writer that frees room grants it in the same write: the woken lifecycle then finds its slot held
     and writes nothing before it cordons (a read-modify-write of the shared document less, and none lost to
     a conflict, between a release and the next cordon: on a busy API server that write was most of the
-    hand-over). A holder passed on keeps its waiter's renewal, so one whose lifecycle stopped asking (it
-    died) frees its slot when its place in line would have expired, not a whole TTL later; and it tells
-    itself apart (:func:`passed_on`) until its lifecycle renews it."""
+    hand-over). A holder passed on keeps its waiter's renewal (never later than the pass: see
+    ``Waiter.holding``), so one whose lifecycle stopped asking (it died) frees its slot when its place in line
+    would have expired, not a whole TTL later; and it tells itself apart (:func:`passed_on`) until its
+    lifecycle renews it."""
     wanted = set(record_ids)
     picks = [(w, fitting) for w, fitting in _replay(doc, now) if w.owner == owner and w.record_id in wanted]
     if not picks:
