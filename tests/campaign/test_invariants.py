@@ -697,3 +697,76 @@ def test_a_budget_breached_by_pods_deleted_before_their_drains_timeout_is_a_viol
     # and a breach before the story began (the workloads still starting) is no one's
     starting = [_web_budget(T0 - 5, 1), *before]
     assert "pdb" not in _judged(_observation(starting, actions=actions))
+
+
+def _waiting(
+    node: str, zone: str, owner: str, *, urgent: float | None, renewed: float = T0 + 3
+) -> dict[str, Any]:
+    entry = {**_entry(node, owner, renewed), "zone": zone}
+    if urgent is not None:
+        entry["urgentAt"] = datetime.fromtimestamp(urgent, UTC).isoformat().replace("+00:00", "Z")
+    return entry
+
+
+def test_a_grant_that_takes_the_room_of_another_stacks_waiter_near_its_global_deadline_is_a_violation() -> (
+    None
+):
+    # Given chaos-a's node waiting in line at 3 s, near its action's global deadline since 2 s (its urgentAt),
+    # beside chaos-b's holder of eu-west-1b (limits: 2 in all, 1 per zone)
+    holder = {**_entry("h0", "chaos-b", T0 + 3, "i-h0"), "zone": "eu-west-1b"}
+    newcomer = {**_entry("g", "chaos-b", T0 + 4, "i-g"), "zone": "eu-west-1c"}
+
+    def judged(
+        *, urgent: float | None, its: float | None = None, queued: bool = False, started: float = T0 + 3.5
+    ) -> set[str]:
+        waiting = [_waiting(NODE, "eu-west-1a", "chaos-a", urgent=urgent)]
+        if queued:
+            waiting.append(_waiting("g", "eu-west-1c", "chaos-b", urgent=its))
+        before = _budget_of(T0 + 3, [holder], waiting)
+        granted = _budget_of(T0 + 4, [holder, newcomer], waiting[:1])
+        # (chaos-b's node's terminate action, begun at ``started``, in group g2)
+        action = replace(_terminate(T0 + 30, started), instance_id="i-g", group="g2", token="tok-g")
+        instance = InstanceHistory("i-g", "g2", "eu-west-1c", "g", T0, T0, started, T0 + 30, "scale-in")
+        return _judged(
+            _observation(
+                [before, granted],
+                actions=[_terminate(T0 + 30), action],
+                instances=[*_observation([]).instances, instance],
+                groups={"g": "chaos-a", "g2": "chaos-b"},
+                outcomes={"tok": "drained", "tok-g": "drained"},
+            )
+        )
+
+    # When chaos-b's node, not yet touched and near its own global deadline later (its action begun 2.5 s after
+    # chaos-a's), is granted at 4 s the slot chaos-a's node fitted in, as a newcomer or from the line
+    # Then invariant 9 is broken: a waiter near its global deadline goes first, whichever stack's it is
+    assert "precedence" in judged(urgent=T0 + 2)
+    assert "precedence" in judged(urgent=T0 + 2, its=None, queued=True)
+    # (a newcomer whose action began as soon may go first: the stacks' records date their deadlines alike)
+    assert "precedence" not in judged(urgent=T0 + 2, started=T0 + 1)
+    # and so by a waiter near its deadline later than chaos-a's node (its urgentAt later)
+    assert "precedence" in judged(urgent=T0 + 2, its=T0 + 2.5, queued=True)
+    # But not by one near its deadline as soon or sooner, which goes first
+    assert "precedence" not in judged(urgent=T0 + 2, its=T0 + 1.5, queued=True)
+    # nor when chaos-a's node was not yet near its deadline when the document was read (the order of the line
+    # decides), nor when it is not near it at all
+    assert "precedence" not in judged(urgent=T0 + 3.5)
+    assert "precedence" not in judged(urgent=None)
+
+
+def test_a_waiter_near_its_global_deadline_by_less_than_the_clock_skew_is_not_yet_first_for_certain() -> None:
+    # Given a scenario whose functions' clocks may be 2 s apart, and chaos-a's node waiting, near its global
+    # deadline since 2 s by its urgentAt, while the document was read at 3 s
+    skewed = replace(
+        draw(1, 0, faults=False), faults=(Fault("f1", "clock-skew", "DrainFunction", 0.5, value=2),)
+    )
+    holder = {**_entry("h0", "chaos-b", T0 + 3, "i-h0"), "zone": "eu-west-1b"}
+    newcomer = {**_entry("g", "chaos-b", T0 + 4, "i-g"), "zone": "eu-west-1c"}
+    waiting = [_waiting(NODE, "eu-west-1a", "chaos-a", urgent=T0 + 2)]
+    history = [_budget_of(T0 + 3, [holder], waiting), _budget_of(T0 + 4, [holder, newcomer], waiting)]
+
+    # When chaos-b's node is granted at 4 s the slot it fitted in
+    judged = _judged(_observation(history, actions=[_terminate(T0 + 30)], scenario=skewed))
+
+    # Then nothing is wrong: the writer's clock may have read the time as 1 s, before the waiter's urgentAt
+    assert "precedence" not in judged

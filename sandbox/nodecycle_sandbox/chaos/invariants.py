@@ -51,7 +51,7 @@ INVARIANTS = {
     "addresses": "no address leaked (one AWS locked: once unlocked), stolen, released while in use, or two on one instance (4)",
     "repair": "everything settles: nothing left half done at quiescence, after the sweepers ran (5)",
     "pdb": "no eviction takes a PodDisruptionBudget below its floor",
-    "precedence": "a drain in progress keeps precedence over nodes not yet touched, and its wait for a slot never counts against its timeout (9)",
+    "precedence": "a drain in progress keeps precedence over nodes not yet touched, a waiter near its global deadline goes first (whichever stack's), and a wait for a slot never counts against a drain's timeout (9)",
     "slot-held": "no drain holds its slot past its timeout + force grace + a margin (+ faults on its own messages, deletes and completer), even on a dead node (10)",
 }
 # Outcomes that claim the node was emptied: with pods still on it, they are wrong.
@@ -1057,7 +1057,8 @@ def _deliveries_held_up(o: Observation) -> dict[str, list[tuple[float, float]]]:
 
 
 def _precedence(o: Observation) -> Iterator[Violation]:
-    """Design invariant 9, on what the world recorded. (1) A drain in progress keeps precedence: a write of the
+    """Design invariant 9, on what the world recorded (its second clause, a waiter near its global deadline goes
+    first, in :func:`_urgent_passed`). (1) A drain in progress keeps precedence: a write of the
     budget document that grants a slot to a node not yet touched (not cordoned then) must not take the room of a
     waiter whose node is cordoned (its drain under way, its slot lost) and whose terminate action is open: one
     that fitted beside the holders without the newcomer and no longer does with it. A newcomer whose action's
@@ -1075,6 +1076,7 @@ def _precedence(o: Observation) -> Iterator[Violation]:
     forced_may_begin = DRAIN_TIMEOUT + DRAIN_TAIL_LONGEST + skew  # the product's full drain, rounded up
     cordoned: dict[str, bool] = {}
     before: dict[str, Any] = {}
+    seen = float("-inf")  # when ``before`` was written
     told: set[tuple[str, str]] = set()
     for entry in o.history:
         if entry.kind == "Node":
@@ -1110,7 +1112,8 @@ def _precedence(o: Observation) -> Iterator[Violation]:
                         f"{granted}, not yet touched, granted a slot at {now - o.acting_at:.1f}s that {node} "
                         f"({instance_of.get(node)}), cordoned and waiting, fitted in",
                     )
-        before = doc
+            yield from _urgent_passed(o, granted, before, doc, entry.time, seen, open_at, skew, told)
+        before, seen = doc, entry.time
     forced_from = _forced_from(o)
     node_of_pod: dict[tuple[str, str], str] = {}
     for entry in o.history:
@@ -1130,6 +1133,74 @@ def _precedence(o: Observation) -> Iterator[Violation]:
                 f"pod {entry.namespace}/{entry.name} on {node} deleted at {entry.time - o.acting_at:.1f}s, "
                 f"{due - entry.time:.1f}s before its drain's own timeout was over",
             )
+
+
+def _urgent_passed(
+    o: Observation,
+    granted: str,
+    before: dict[str, Any],
+    doc: dict[str, Any],
+    now: float,
+    seen: float,
+    open_at: dict[str, list[tuple[float, float, float]]],
+    skew: float,
+    told: set[tuple[str, str]],
+) -> Iterator[Violation]:
+    """Design invariant 9's second clause on one write of the budget (``doc``, at ``now``, over ``before``, written
+    at ``seen``) that grants ``granted`` a slot, its node not cordoned (a drain in progress goes first of all): a
+    waiter near its global deadline goes first, whichever stack it belongs to. A waiter whose ``urgentAt`` had passed
+    in every writer's view (by ``seen``, the document's read, less the scenario's clock skew: the writer compares it
+    with its own clock), that fitted beside the holders without ``granted`` and no longer does with it, is passed
+    over by a grant that does not go before it: one not near its deadline, or nearer later (a later ``urgentAt``, as
+    its waiter's entry recorded it; a newcomer's, unrecorded, by its action's global deadline, apart by more than
+    what two intakes' clocks move them). Every stack replays the same document, so a grant by either stack, to
+    either stack's node, is judged alike (the campaign's stacks have the same limits)."""
+    mine = _urgent_at((before.get("waiters") or []), granted)
+    queued = any(str(w.get("node")) == granted for w in before.get("waiters") or [])
+    deadlines = [d for start, end, d in open_at.get(granted, ()) if start <= now < end]
+    holders = {str(h.get("node")): h.get("zone") for h in doc.get("holders", [])}
+    rest = {n: z for n, z in holders.items() if n != granted}
+    waiting = {str(w.get("node")) for w in doc.get("waiters", [])}
+    for waiter in before.get("waiters") or []:
+        node = str(waiter.get("node"))
+        urgent = _urgent_at([waiter], node)
+        if node not in waiting or node in holders or urgent is None or urgent > seen - skew - CLOCK_SLACK:
+            continue  # (granted, gone, or not near its deadline for certain in the writer's view)
+        if (expires := _expires(waiter)) is not None and expires <= now + skew:
+            continue  # (its place expired: no drain asks for it)
+        open_for = [d for start, end, d in open_at.get(node, ()) if start <= now < end]
+        if not open_for:
+            continue  # a waiter's entry left behind by an action over
+        if mine is not None and mine <= urgent:
+            continue  # near its deadline as soon or sooner: it may go first
+        if (
+            mine is None
+            and not queued
+            and (not deadlines or any(d <= min(open_for) + 2 * skew + CLOCK_SLACK for d in deadlines))
+        ):
+            continue  # a newcomer whose own deadline is as near as far as the clocks tell, or not told
+        if _fits(waiter.get("zone"), rest) and not _fits(waiter.get("zone"), holders):
+            if (granted, node) in told:
+                continue
+            told.add((granted, node))
+            yield Violation(
+                "precedence",
+                f"{granted} granted a slot at {now - o.acting_at:.1f}s that {node} "
+                f"({waiter.get('owner')}), waiting near its global deadline since "
+                f"{urgent - o.acting_at:.1f}s, fitted in",
+            )
+
+
+def _urgent_at(waiters: list[dict[str, Any]], node: str) -> float | None:
+    """When the waiter of ``node`` among ``waiters`` became near its global deadline (its ``urgentAt``, epoch
+    seconds); None when it waits not, or does not say."""
+    stamp = next((w.get("urgentAt") for w in waiters if str(w.get("node")) == node), None)
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return datetime.fromisoformat(stamp).timestamp()
+    except ValueError:
+        return None
 
 
 def _fits(zone: str | None, holders: dict[str, Any]) -> bool:
