@@ -5,32 +5,52 @@ from __future__ import annotations
 
 import pytest
 
-from nodecycle_sandbox.aws.group import wait_for
+from nodecycle_sandbox.aws.group import HookSpec, wait_for
+from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING
 from nodecycle_sandbox.checks import completed_before_drained
 from tests.integration.lifecycle.harness import (
     node_of,
-    swept_every_two_seconds,
+    running,
     terminate_action,
     wait_terminated,
 )
 
 pytestmark = pytest.mark.slow
 
-HEARTBEAT_TIMEOUT = 10
+# The terminate hook's heartbeat timeout: the shortest a 2 s sweep and a 5 s heartbeat margin keep alive (as
+# test_stalled_queue_hook_timeout_lowered.py's lowered hook). The test waits until the action is two of these old
+# and a sweep has reported it stalled: at 10 s, with the harness's 20 s resume grace, that was 24 s of the test's wait.
+HEARTBEAT_TIMEOUT = 8
+# (the launch hook's: the launches of the sandbox's start, under cold starts, are not what this test is about)
+LAUNCH_HEARTBEAT_TIMEOUT = 10
+# How overdue a lifecycle's message is before a sweep reports it stalled (ResumeGraceSeconds): one heartbeat
+# timeout, so the report comes before the action is two timeouts old, what the test waits for in any case
+RESUME_GRACE = HEARTBEAT_TIMEOUT
 
 
 def test_the_sweeper_keeps_a_stalled_drain_alive_until_its_queue_moves_again() -> None:
-    # Given hooks with a 10 s heartbeat timeout, a sweeper every 2 s, and the drain function's queue stalled
-    # (its event source disabled, as a throttled or failing function would leave it)
-    with swept_every_two_seconds(HEARTBEAT_TIMEOUT) as sandbox:
+    # Given a terminate hook with an 8 s heartbeat timeout, a sweeper every 2 s (a 5 s heartbeat margin, an 8 s
+    # resume grace), and the drain function's queue stalled (its event source disabled, as a throttled or failing
+    # function would leave it)
+    hooks = (
+        HookSpec("nodecycle-launch", LAUNCHING, LAUNCH_HEARTBEAT_TIMEOUT, "ABANDON"),
+        HookSpec("nodecycle-terminate", TERMINATING, HEARTBEAT_TIMEOUT, "CONTINUE"),
+    )
+    with running(
+        parameters={"HeartbeatMarginSeconds": "5", "ResumeGraceSeconds": str(RESUME_GRACE)},
+        settings={"NODECYCLE_SWEEP_INTERVAL_MINUTES": str(2 / 60)},
+        schedule_interval=2.0,
+        size=2,
+        hooks=hooks,
+    ) as sandbox:
         victim = sorted(sandbox.asg.in_state("InService"))[0]
         node = node_of(sandbox, victim)
         sandbox.runner.set_sources_enabled("DrainFunction", False)
 
         # When the instance terminates and nothing consumes the drain queue until a sweep has reported the
-        # lifecycle stalled (its message overdue by the resume grace, 20 s: two heartbeat timeouts) and the action
-        # has had a heartbeat since (waited for, not slept: a fixed 30 s was most of the file's time; the wait
-        # ends at once, failing below, if the action ends meanwhile)
+        # lifecycle stalled (its message overdue by the resume grace) and the action has had a heartbeat since,
+        # more than two heartbeat timeouts after it began (waited for, not slept: a fixed 30 s was most of the
+        # file's time; the wait ends at once, failing below, if the action ends meanwhile)
         sandbox.asg.terminate(victim)
         beats_when_stalled: list[int] = []
 
@@ -45,7 +65,10 @@ def test_the_sweeper_keeps_a_stalled_drain_alive_until_its_queue_moves_again() -
                 if any((s.response or {}).get("LifecyclesStalled", 0) >= 1 for s in sweeps):
                     beats_when_stalled.append(len(action.heartbeats))
                 return False
-            return len(action.heartbeats) > beats_when_stalled[0]
+            return (
+                len(action.heartbeats) > beats_when_stalled[0]
+                and max(action.heartbeats) > action.started_at + 2 * HEARTBEAT_TIMEOUT
+            )
 
         wait_for(kept_alive_after_the_stall_or_ended, 6 * HEARTBEAT_TIMEOUT, "a heartbeat after the stall")
 
