@@ -8,9 +8,13 @@ import pytest
 from benchmarks.__main__ import main
 
 
-def runs_and_prints(benchmark: str, rows: list[str], capsys: pytest.CaptureFixture[str]) -> None:
+def runs_and_prints(
+    benchmark: str | tuple[str, ...], rows: list[str], capsys: pytest.CaptureFixture[str]
+) -> None:
+    """``benchmark``: its name, or the names of benchmarks run together (one reusing another's run)."""
+    names = (benchmark,) if isinstance(benchmark, str) else benchmark
     # When the benchmark runs alone at its smallest size (never saving its figures)
-    assert main(["--tiny", "--only", benchmark]) == 0
+    assert main(["--tiny", *(arg for name in names for arg in ("--only", name))]) == 0
 
     # Then the table has each of its rows, and the markdown table for the README too
     printed = capsys.readouterr().out
