@@ -191,8 +191,16 @@ class AutoScalingGroup:
         return answer["InstanceRefreshes"][0]["Status"]
 
     def wait_refresh(self, refresh_id: str, timeout: float) -> RefreshTimeline:
-        wait_for(lambda: self.refresh_status(refresh_id) != "InProgress", timeout)
-        return self.control.refresh_timeline(refresh_id=refresh_id)  # by keyword: it may cross a pipe
+        """Until the refresh is no longer InProgress: its timeline. Read from the emulation's record of it (the
+        status DescribeInstanceRefreshes answers with), over the pipe: a poll every 50 ms of a refresh's tens of
+        seconds costs 0.25 ms of CPU in all, a DescribeInstanceRefreshes several ms in this process and the AWS
+        process."""
+
+        def over() -> RefreshTimeline | None:
+            timeline = self.control.refresh_timeline(refresh_id=refresh_id)  # by keyword: it may cross a pipe
+            return timeline if timeline.status != "InProgress" else None
+
+        return wait_for(over, timeout, f"the instance refresh {refresh_id}")
 
     # -- disruptions without a hook ---------------------------------------------------------------
 
@@ -260,7 +268,25 @@ class AutoScalingGroup:
         ]
 
     def wait_in_service(self, count: int, timeout: float) -> list[str]:
-        return wait_for(lambda: len(ids := self.in_state("InService")) >= count and ids, timeout)
+        """Until ``count`` of the group's instances are InService, as DescribeAutoScalingGroups says: their ids.
+        Each poll asks Auto Scaling only once the emulation's histories have ``count`` instances of the group that
+        came into service at some time (every instance InService now did, so no poll that would have been met is
+        skipped): a launch's seconds (a cold container, the readiness gate) are waited out on the records over
+        the pipe (0.25 ms of CPU a poll in all), not on a DescribeAutoScalingGroups every 50 ms (4.4 ms of CPU a
+        poll, in this process and in the AWS process)."""
+        return wait_for(
+            lambda: (
+                self._ever_in_service() >= count and len(ids := self.in_state("InService")) >= count and ids
+            ),
+            timeout,
+            f"{count} instances of {self.name} in service",
+        )
+
+    def _ever_in_service(self) -> int:
+        """How many of the group's instances have come into service at some time, from the emulation's records."""
+        return sum(
+            1 for i in self.control.instances() if i.group == self.name and i.in_service_at is not None
+        )
 
 
 def wait_for(
