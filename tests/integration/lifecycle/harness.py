@@ -240,7 +240,12 @@ def pin(sandbox: Sandbox, node: str, namespace: str = "pinned") -> None:
 
 def steady(sandbox: Sandbox) -> bool:
     """Whether every instance of the group is in service, with its node."""
-    states = sandbox.asg.instances()
+    return _steady(sandbox, sandbox.asg.instances())
+
+
+def _steady(sandbox: Sandbox, states: Mapping[str, str]) -> bool:
+    """Whether ``states`` (the group's instances, from one DescribeAutoScalingGroups) are all in service, with
+    their nodes."""
     return bool(states) and all(
         s == "InService" and sandbox.kube.node_for_instance(i) for i, s in states.items()
     )
@@ -262,9 +267,12 @@ def wait_quiet(sandbox: Sandbox, timeout: float = 120) -> None:
     store = records(sandbox)
 
     def quiet() -> bool:
+        # one DescribeAutoScalingGroups a poll, for both questions (each costs 5 ms of CPU in this process and
+        # the AWS process)
+        states = sandbox.asg.instances()
         return (
-            steady(sandbox)
-            and len(sandbox.kube.objects("nodes")) == len(sandbox.asg.instances())
+            _steady(sandbox, states)
+            and len(sandbox.kube.objects("nodes")) == len(states)
             and next(iter(store.open_records(owner)), None) is None
         )
 
