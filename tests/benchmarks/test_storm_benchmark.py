@@ -9,8 +9,13 @@ prints them); only that the benchmark runs to the end and reports every row it p
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
+from benchmarks import refresh, storms
+from benchmarks.load import Load
+from benchmarks.schedule import Budget
 from tests.benchmarks.runs import runs_and_prints
 
 ROWS = [
@@ -33,3 +38,14 @@ def test_the_refresh_and_storm_benchmarks_run_at_their_smallest_size_and_print_t
     capsys: pytest.CaptureFixture[str],
 ) -> None:
     runs_and_prints(("refresh", "storms"), ROWS, capsys)
+
+
+def test_the_storm_takes_no_quiet_refresh_of_other_settings(tmp_path: Path) -> None:
+    # Given a quiet refresh run with a budget of 2 in all, 1 per zone
+    ran = refresh.Settings(3, Budget(2, 1), retry_seconds=5, poll_seconds=1)
+    quiet = refresh.RefreshRun(ran, [], [], {}, {}, 0.0, [], [], Load(cores=2))
+
+    # When the storm is asked to compare itself with it at another budget, Then it refuses, before any sandbox
+    other = refresh.Settings(3, Budget(3, 1), retry_seconds=5, poll_seconds=1)
+    with pytest.raises(ValueError, match="the quiet refresh given ran with"):
+        storms.run(other, tmp_path, quiet)
