@@ -29,9 +29,9 @@ from tests.functions.eip.conftest import (
     given,
     now,
     pool_function,
-    run_instances,
     run_while,
 )
+from tests.functions.eip.test_instance_of_another_owner_refused import instance_of_the_group
 from tests.support.stack import Stack
 from tests.unit.eip.fakes import launch_record
 
@@ -50,7 +50,7 @@ def test_a_launch_refused_every_association_meets_its_policy_and_grows_its_pool_
     pool_fn: ModuleType, stack: Stack, ec2: AwsLikeEc2
 ) -> None:
     # Given a pool of one free address, and an instance EC2 refuses every association to
-    (instance,) = run_instances(1)
+    instance = instance_of_the_group(None)  # (its group's tags on it: the refusal is not its own)
     allocate(**{OWNER_TAG: OWNER, POOL_TAG: POOL})
     deny(ec2.moto, "AssociateAddress")
 
@@ -69,7 +69,7 @@ def test_a_launch_goes_past_the_refused_addresses_of_its_pool_to_the_one_it_may_
     stack: Stack, ec2: AwsLikeEc2, monkeypatch: pytest.MonkeyPatch
 ) -> None:
     # Given an instance, and a pool of nine free addresses all but the last of which (in its order) are refused
-    (instance,) = run_instances(1)
+    instance = instance_of_the_group(None)  # (its group's tags on it: the refusal is not its own)
     pool = [allocate(**{OWNER_TAG: OWNER, POOL_TAG: POOL}) for _ in range(9)]
     *refused, good = sorted(pool, key=lambda allocation_id: _draw(instance, allocation_id))
     deny(ec2.moto, "AssociateAddress", allocation_ids=refused)

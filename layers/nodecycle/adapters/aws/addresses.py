@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING, Any
 from botocore.exceptions import ClientError
 
 from nodecycle.adapters.aws.clients import LazyClient, answer_lost, error_code, transient_errors
-from nodecycle.adapters.aws.instances import Ec2Instances
+from nodecycle.adapters.aws.instances import GROUP_NAME_TAG, Ec2Instances
 from nodecycle.domain.errors import AccessRefused
 from nodecycle.domain.ports.addresses import (
     INSTANCE_TAG,
@@ -242,7 +242,8 @@ class Ec2Addresses:
         managed groups only (by their group's tag), which one EC2 no longer has (or does not have yet) is not.
 
         Or the instance refused for its own sake: the template grants the instance side on no instance tagged
-        ``nodecycle:owner`` for another owner than the address's (EC2 authorizes AssociateAddress on the address and
+        ``nodecycle:owner`` for another owner than the address's, nor on one whose tags have not reached it yet
+        (``_instance_refusal``; EC2 authorizes AssociateAddress on the address and
         the instance alike, and answers a denial on either UnauthorizedOperation: only the resources tell them
         apart, never the message, which names the resource only in newer answers). Told as the address's refusal,
         a pool launch would go on past each address of its pool, telling each refused to the pool's line."""
@@ -255,7 +256,7 @@ class Ec2Addresses:
                 known = next(iter(Ec2Instances(self._ec2()).describe([instance_id])), None)
             if known is None:
                 return InstanceUnavailable
-            return _owned_by_another(_tags(listed[0]), instance_id, _tags(known))
+            return _instance_refusal(_tags(listed[0]), instance_id, _tags(known))
 
         return gone
 
@@ -319,14 +320,26 @@ def _answers(errors: Mapping[str, type[AddressError]]) -> Iterator[None]:
 _Gone = Callable[[], AddressError | type[AddressError] | None]
 
 
-def _owned_by_another(
+def _instance_refusal(
     address: Mapping[str, str], instance_id: str, tags: Mapping[str, str]
 ) -> InstanceRefused | None:
-    """The instance's refusal when it carries the owner tag for another owner than the address's (this stack's: the
-    steps take only addresses of their owner); None otherwise (an address of another owner is refused for its own
-    sake, whatever the instance)."""
+    """The instance's refusal when its tags hold it out of every grant of the instance side; None otherwise (the
+    refusal is then the address's, for its own sake, whatever the instance).
+
+    Held out: tagged ``nodecycle:owner`` for another owner than the address's (this stack's: the steps take only
+    addresses of their owner); or carrying neither tag the grants name (``aws:autoscaling:groupName``, by the
+    group's name; ``nodecycle:owner``, by the group's tag). Auto Scaling writes an instance's tags as a step of its
+    launch, and they may show on it moments after the instance itself: a launch refused then is refused whatever
+    the address, and asked again (REFUSED_DELAY on) once they are there. Told as an address's refusal, a pool
+    launch told its pool's line each address refused and, its pool growing when empty, grew it past them for good."""
     theirs = tags.get(OWNER_TAG)
     ours = address.get(OWNER_TAG)
+    if theirs is None and GROUP_NAME_TAG not in tags:
+        return InstanceRefused(
+            f"the role is refused the association on instance {instance_id} (UnauthorizedOperation): it carries "
+            f"neither {GROUP_NAME_TAG} nor {OWNER_TAG} yet, the tags the role is granted instances by (Auto Scaling "
+            "writes them at the launch; an instance that never gets them is not of an Auto Scaling group)"
+        )
     if theirs is None or ours is None or theirs == ours:
         return None
     return InstanceRefused(

@@ -37,7 +37,8 @@ class AddressRefused(AddressError):
 class InstanceRefused(AddressRefused):
     """EC2 refused the association for the instance's sake, whatever the address: its VPC has no internet gateway
     attached (``Gateway.NotAttached``), or the role is refused the instance side (``UnauthorizedOperation``) of an
-    instance tagged ``nodecycle:owner`` for another owner. Every other address would be refused it the same, so
+    instance tagged ``nodecycle:owner`` for another owner, or of one whose Auto Scaling tags have not reached it yet.
+    Every other address would be refused it the same, so
     none is tried for it, and the address is not the one refused."""
 
 
