@@ -48,6 +48,7 @@ class AwsControls(Protocol):
         notifications_tell_origin: bool | None = None,
         root_volume_boot_seconds: float | None = None,
         boot_seconds: float | None = None,
+        instance_tags_after_seconds: float | None = None,
     ) -> None: ...
 
     def plan_nodes(
@@ -150,6 +151,7 @@ class AwsControl:
         notifications_tell_origin: bool | None = None,
         root_volume_boot_seconds: float | None = None,
         boot_seconds: float | None = None,
+        instance_tags_after_seconds: float | None = None,
     ) -> None:
         """Change the global-timeout rule (for hooks put from now on), where SQS-hook events go, how long
         EC2 lists a terminated instance (about an hour on AWS), and how many Elastic IPs the account may
@@ -158,7 +160,8 @@ class AwsControl:
         group named with it (token_checked_against_group), and whether a hook's queue or topic notifications carry
         Origin and Destination (LifecycleEmulator.notifications_tell_origin), and how long after its root volume is
         replaced an instance's kubelet runs again (LifecycleEmulator.root_volume_boot_seconds), and how long an
-        instance EC2 reboots (a scheduled reboot) or starts keeps it away (LifecycleEmulator.boot_seconds)."""
+        instance EC2 reboots (a scheduled reboot) or starts keeps it away (LifecycleEmulator.boot_seconds), and how
+        long after its launch an instance shows Auto Scaling's tags (LifecycleEmulator.instance_tags_after_seconds)."""
         emulator = self.emulator
         with emulator.lock:
             if address_quota is not None:
@@ -181,6 +184,8 @@ class AwsControl:
                 emulator.root_volume_boot_seconds = root_volume_boot_seconds
             if boot_seconds is not None:
                 emulator.boot_seconds = boot_seconds
+            if instance_tags_after_seconds is not None:
+                emulator.instance_tags_after_seconds = instance_tags_after_seconds
 
     def plan_nodes(
         self,

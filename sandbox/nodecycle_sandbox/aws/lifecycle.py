@@ -178,6 +178,12 @@ class LifecycleEmulator:
         self.root_volume_boot_seconds = ROOT_VOLUME_BOOT_SECONDS
         # How long an instance EC2 reboots (a scheduled reboot: see disruptions.py) or starts keeps its kubelet away
         self.boot_seconds = BOOT_SECONDS
+        # How long after its launch an instance shows the tags Auto Scaling gives it (its group's name, the group's
+        # tags that propagate at launch); its launch template's tags come with RunInstances. Auto Scaling promises no
+        # moment for them, and instances were seen without them for their first seconds ("AWS Trivia - Broken user
+        # data and instance tag timing", unixdaemon.net): a grant on an instance by those tags refuses it until
+        # then. 0: at once (moto's)
+        self.instance_tags_after_seconds = 0.0
         self.notifications: list[Notification] = []
         self.actions: dict[str, ActionRecord] = {}
         self.instances: dict[str, InstanceHistory] = {}
@@ -314,9 +320,11 @@ class LifecycleEmulator:
 
     def run_instance(self, group: FakeAutoScalingGroup) -> InstanceState:
         """A new EC2 instance of the group (`Pending`), not yet among its instances."""
-        tags = group.get_propagated_tags()
-        tags[ASG_NAME_TAG] = group.name
-        tags.update(group.instance_tags)
+        given = group.get_propagated_tags()  # (Auto Scaling's, which it writes as a step of the launch)
+        given[ASG_NAME_TAG] = group.name
+        late = self.instance_tags_after_seconds
+        tags = {} if late > 0 else dict(given)
+        tags.update(group.instance_tags)  # (the launch template's: RunInstances's own)
         associate_public_ip = group.launch_config.associate_public_ip_address if group.launch_config else None
         launch_template = None
         if group.ec2_launch_template is not None:
@@ -340,12 +348,20 @@ class LifecycleEmulator:
         )
         instance = reservation.instances[0]
         instance.autoscaling_group = group  # type: ignore[attr-defined]
+        if late > 0:
+            given = {key: value for key, value in given.items() if key not in group.instance_tags}
+            self.call_at(time.time() + late, functools.partial(self._tag_late, instance.id, given))
         self.disruptions.launched(group, instance, [s.instance for s in active_instances(group)])
         return InstanceState(
             instance,
             lifecycle_state="Pending",
             protected_from_scale_in=group.new_instances_protected_from_scale_in,
         )
+
+    def _tag_late(self, instance_id: str, tags: dict[str, str]) -> None:
+        """Auto Scaling's tags on the instance, a moment after its launch (see instance_tags_after_seconds)."""
+        with self.lock:
+            self.backend.ec2_backend.create_tags([instance_id], tags)
 
     def _emptiest_zone(self, group: FakeAutoScalingGroup) -> str:
         counts = dict.fromkeys(group.availability_zones, 0)

@@ -178,3 +178,25 @@ def test_the_hooks_of_a_deleted_group_are_not_found(aws: Emulation) -> None:
         aws.autoscaling.describe_lifecycle_hooks(AutoScalingGroupName="workers", LifecycleHookNames=["drain"])
     assert raised.value.response["Error"]["Code"] == "ValidationError"
     assert "not found" in raised.value.response["Error"]["Message"]
+
+
+def test_auto_scaling_tags_can_reach_a_launched_instance_a_while_after_its_launch(aws: Emulation) -> None:
+    # Given Auto Scaling's tags shown 2 s after each launch (LifecycleEmulator.instance_tags_after_seconds)
+    aws.control.configure(instance_tags_after_seconds=2.0)
+
+    # When an instance launches
+    before = time.monotonic()
+    (instance,) = aws.group(size=1).in_state("InService")
+
+    def group_name() -> str | None:
+        (reservation,) = aws.ec2.describe_instances(InstanceIds=[instance])["Reservations"]
+        tags = {t["Key"]: t["Value"] for t in reservation["Instances"][0].get("Tags", [])}
+        return tags.get("aws:autoscaling:groupName")
+
+    # Then it carries no group name tag at first, and its group's name 2 s after its launch at the soonest
+    assert group_name() is None or time.monotonic() - before >= 2.0
+    deadline = time.monotonic() + 30
+    while group_name() is None and time.monotonic() < deadline:
+        time.sleep(0.05)
+    assert group_name() == "workers"
+    assert time.monotonic() - before >= 2.0
