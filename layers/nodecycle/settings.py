@@ -127,11 +127,17 @@ class Identity(_Section):
         return self.cluster_name is not None
 
 
-class Scope(_Section):
-    """Which groups and hooks are this stack's (intake, and the sweeper that adopts orphaned actions)."""
+class Groups(_Section):
+    """Which groups are this stack's: by name, and by their tag. The EIP function reads them to tell what its role is
+    granted on instances (``Ec2Addresses``'s grants), where intake and the sweeper read the whole Scope."""
 
     managed_groups: CsvList = ()
     managed_by_tag: bool = False  # groups tagged nodecycle:owner=<owner_id>
+
+
+class Scope(Groups):
+    """Which groups and hooks are this stack's (intake, and the sweeper that adopts orphaned actions)."""
+
     # Only these hooks' actions are nodecycle's: other tools' hooks on the same groups are left to them.
     # "*" takes every hook of a managed group.
     managed_hooks: CsvList = ("nodecycle-launch", "nodecycle-terminate")
@@ -335,7 +341,7 @@ class IntakeSettings(FunctionSettings, Scope, Eip, Readiness, Disruptions):
         return self.readiness_gate and self.uses_kubernetes
 
 
-class EipSettings(FunctionSettings, Eip, Readiness):
+class EipSettings(FunctionSettings, Groups, Eip, Readiness):
     """Readiness too: a launch whose address step ends past the engine's guard point is settled there, at the
     readiness gate it moved on to, with that gate's failure result (``wiring.eip``)."""
 

@@ -8,7 +8,7 @@ from functools import cache
 from typing import TYPE_CHECKING
 
 from nodecycle.adapters.aws.address_lines import DynamoAddressLines
-from nodecycle.adapters.aws.addresses import Ec2Addresses
+from nodecycle.adapters.aws.addresses import Ec2Addresses, InstanceGrants
 from nodecycle.adapters.aws.queues import SqsRedeliveries
 from nodecycle.domain.completion import CompleteAction, SettleResults
 from nodecycle.domain.eip.assign import AssignAddress
@@ -44,7 +44,11 @@ def shared() -> Common:
 
 @cache
 def addresses() -> Ec2Addresses:
-    return Ec2Addresses()
+    # (the sweeper's too: its environment is the eip function's, the template's Globals)
+    config = settings()
+    return Ec2Addresses(
+        grants=InstanceGrants(names=frozenset(config.managed_groups), by_tag=config.managed_by_tag)
+    )
 
 
 @cache

@@ -8,6 +8,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Collection, Iterator, Mapping
 from contextlib import contextmanager
+from dataclasses import dataclass
 from datetime import datetime
 from typing import TYPE_CHECKING, Any
 
@@ -56,8 +57,22 @@ _TAKES_AN_ADDRESS = frozenset({"running", "stopping", "stopped"})
 _FILTER_VALUES = 200
 
 
+@dataclass(frozen=True)
+class InstanceGrants:
+    """What the template grants the EIP role on AssociateAddress's instance side, as this stack's settings tell it:
+    instances of the groups managed by name (``names``), and, when groups are managed by tag (``by_tag``), instances
+    tagged ``nodecycle:owner`` for this stack. (Not the retiring groups', granted by name too: the functions never read
+    RetiringGroups.) Only a refused association asks it, to tell the instance's refusal from the address's."""
+
+    names: frozenset[str] = frozenset()
+    by_tag: bool = False
+
+
 class Ec2Addresses:
-    def __init__(self, ec2: EC2Client | None = None) -> None:
+    def __init__(self, ec2: EC2Client | None = None, *, grants: InstanceGrants | None = None) -> None:
+        # (None: nothing known of the grants on instances; only their tags' own contradictions tell the instance's
+        # refusal)
+        self._grants = grants
         # (a release or disassociation whose answer was lost is told from one another caller made: see release)
         self._ec2: LazyClient[EC2Client] = LazyClient(
             "ec2", ec2, telling_lost_answers=("DisassociateAddress", "ReleaseAddress")
@@ -256,7 +271,7 @@ class Ec2Addresses:
                 known = next(iter(Ec2Instances(self._ec2()).describe([instance_id])), None)
             if known is None:
                 return InstanceUnavailable
-            return _instance_refusal(_tags(listed[0]), instance_id, _tags(known))
+            return _instance_refusal(_tags(listed[0]), instance_id, _tags(known), self._grants)
 
         return gone
 
@@ -321,7 +336,10 @@ _Gone = Callable[[], AddressError | type[AddressError] | None]
 
 
 def _instance_refusal(
-    address: Mapping[str, str], instance_id: str, tags: Mapping[str, str]
+    address: Mapping[str, str],
+    instance_id: str,
+    tags: Mapping[str, str],
+    grants: InstanceGrants | None,
 ) -> InstanceRefused | None:
     """The instance's refusal when its tags hold it out of every grant of the instance side; None otherwise (the
     refusal is then the address's, for its own sake, whatever the instance).
@@ -330,22 +348,35 @@ def _instance_refusal(
     addresses of their owner); or carrying neither tag the grants name (``aws:autoscaling:groupName``, by the
     group's name; ``nodecycle:owner``, by the group's tag). Auto Scaling writes an instance's tags as a step of its
     launch, and they may show on it moments after the instance itself: a launch refused then is refused whatever
-    the address, and asked again (REFUSED_DELAY on) once they are there. Told as an address's refusal, a pool
-    launch told its pool's line each address refused and, its pool growing when empty, grew it past them for good."""
+    the address, and asked again (REFUSED_DELAY on) once they are there. Or, groups managed by tag, of a group not
+    managed by name and not tagged for this stack: its group's owner tag does not propagate to its instances
+    (PropagateAtLaunch), and never will for this one. Told as an address's refusal, a pool launch told its pool's
+    line each address refused and, its pool growing when empty, grew it past them for good: by one address a launch,
+    each launch abandoned and replaced, until the account's quota.
+
+    (An instance of a retiring group, granted by its name, is judged so too in a stack managing by tag: an address
+    refused for its own sake to such a launch is taken for the instance's, and no other address tried for it.)"""
     theirs = tags.get(OWNER_TAG)
     ours = address.get(OWNER_TAG)
-    if theirs is None and GROUP_NAME_TAG not in tags:
+    group = tags.get(GROUP_NAME_TAG)
+    refused = f"the role is refused the association on instance {instance_id} (UnauthorizedOperation)"
+    if theirs is None and group is None:
         return InstanceRefused(
-            f"the role is refused the association on instance {instance_id} (UnauthorizedOperation): it carries "
-            f"neither {GROUP_NAME_TAG} nor {OWNER_TAG} yet, the tags the role is granted instances by (Auto Scaling "
-            "writes them at the launch; an instance that never gets them is not of an Auto Scaling group)"
+            f"{refused}: it carries neither {GROUP_NAME_TAG} nor {OWNER_TAG} yet, the tags the role is granted "
+            "instances by (Auto Scaling writes them at the launch; an instance that never gets them is not of an "
+            "Auto Scaling group)"
+        )
+    if theirs is None and grants is not None and grants.by_tag and group not in grants.names:
+        return InstanceRefused(
+            f"{refused}: it is of group {group}, not managed by name, and carries no {OWNER_TAG} tag, which the role "
+            f"is granted the instances of groups managed by tag by (set the group's {OWNER_TAG} tag to propagate "
+            "at launch, PropagateAtLaunch true: instances launched from then on carry it; tag the running ones)"
         )
     if theirs is None or ours is None or theirs == ours:
         return None
     return InstanceRefused(
-        f"the role is refused the association on instance {instance_id} (UnauthorizedOperation): it is tagged "
-        f"{OWNER_TAG}={theirs}, not {ours}'s, and this stack may associate no address with it (retag it "
-        f"{OWNER_TAG}={ours} if it is this stack's)"
+        f"{refused}: it is tagged {OWNER_TAG}={theirs}, not {ours}'s, and this stack may associate no address with it "
+        f"(retag it {OWNER_TAG}={ours} if it is this stack's)"
     )
 
 
