@@ -415,6 +415,8 @@ class Doctor:
             ).min_heartbeat_timeout_seconds,
             launch_default="ABANDON" if abandons else "CONTINUE",
             owner=self._deployment.owner if self._deployment is not None else None,
+            named=tuple(self._deployment.managed_groups) if self._deployment is not None else tuple(groups),
+            eip=eip,
         )
         return aws_checks.hooks(autoscaling, groups, rules)
 

@@ -37,6 +37,10 @@ class HookRules:
     min_heartbeat: int  # the functions' own minimum (nodecycle.settings.Timing.min_heartbeat_timeout_seconds)
     launch_default: str  # the default result a launch hook should have: what nodecycle does on failure
     owner: str | None = None  # the stack's owner id: a group tagged for another owner is that owner's
+    # The groups named in ManagedGroups (the others checked are the stack's by their tag), and whether Elastic IPs are
+    # on: the EIP role associates addresses with the instances of a group managed by tag only when they carry its tag
+    named: tuple[str, ...] = ()
+    eip: bool = False
 
     def answers(self, hook: str) -> bool:
         return "*" in self.names or hook in self.names
@@ -101,6 +105,8 @@ def hooks(autoscaling: Any, groups: Sequence[str], rules: HookRules) -> list[Fin
             continue
         if any(t["Key"] == NTH_MANAGED_TAG for t in described[group].get("Tags", [])):
             findings.append(_other_drainer(group))
+        if rules.eip and rules.owner is not None and tagged == rules.owner and group not in rules.named:
+            findings += _owner_tag_kept(group, described[group], rules.owner)
         try:
             found = autoscaling.describe_lifecycle_hooks(AutoScalingGroupName=group)["LifecycleHooks"]
         except ClientError as error:
@@ -113,6 +119,29 @@ def hooks(autoscaling: Any, groups: Sequence[str], rules: HookRules) -> list[Fin
             continue
         findings += _group_hooks(group, found, rules)
     return findings
+
+
+def _owner_tag_kept(group: str, described: Mapping[str, Any], owner: str) -> list[Finding]:
+    """A group managed by its tag whose tag does not propagate to its instances (PropagateAtLaunch false): the EIP
+    role is granted AssociateAddress on the instances of the groups managed by tag by the instances' own owner tag
+    (InstancesOfGroupsByTag), and Auto Scaling copies a group's tag only to the instances it launches while the tag
+    propagates. Each launch of the group is refused its address (``eip-failed``), and its policy decides."""
+    kept = any(
+        t["Key"] == OWNER_TAG and not t.get("PropagateAtLaunch", False) for t in described.get("Tags", [])
+    )
+    if not kept:
+        return []
+    return [
+        Finding.problem(
+            f"hooks.{group}",
+            f"group {group} is managed by its {OWNER_TAG} tag, which does not propagate to its instances",
+            "the EIP role associates addresses only with instances tagged for this stack: every launch of the group "
+            "is refused its address, and its EIP failure policy decides",
+            f"aws autoscaling create-or-update-tags --tags ResourceId={group},ResourceType=auto-scaling-group,"
+            f"Key={OWNER_TAG},Value={owner},PropagateAtLaunch=true (and tag its running instances: "
+            f"aws ec2 create-tags --resources <instance ids> --tags Key={OWNER_TAG},Value={owner})",
+        )
+    ]
 
 
 # EC2 takes at most 200 values in one filter
