@@ -11,7 +11,15 @@ from datetime import UTC, datetime, timedelta
 from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle_sandbox.kube import KubeServer
-from tests.integration.kube.test_kube_drain_steps import INSTANCE, NODE, evict, on_its_way_out, web_pods
+from nodecycle_sandbox.kube.admission import Denial
+from tests.integration.kube.test_kube_drain_steps import (
+    INSTANCE,
+    NODE,
+    WEBHOOK,
+    evict,
+    on_its_way_out,
+    web_pods,
+)
 from tests.integration.kube.test_kube_drain_steps import SEED as DRAIN_STEPS_SEED
 from tests.support.fakes import FakeMetrics
 from tests.unit.drain.test_drain_steps import terminating
@@ -177,4 +185,39 @@ def test_a_deleted_nodes_pod_someone_deletes_with_a_longer_grace_is_asked_again_
     # Then the drain settles once that shortened grace is over, not at its own deadline (the hour's end capped by it)
     record = record.model_copy(update=dict(outcome.changes))
     settled = step(record, stopped + timedelta(seconds=1))
+    assert (settled.then, settled.changes.get("outcome")) == (Step.COMPLETE, "node-gone"), settled
+
+
+def test_a_deleted_nodes_pod_whose_shortening_a_webhook_refuses_is_waited_out_for_its_own_grace_once_podgc_removed_it(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a drain whose node object was deleted while its instance runs, one of its pods being deleted by someone
+    # else with a grace of 15 minutes, past the drain's cap (2 min) and within its deadline (10 min), and an admission
+    # webhook that refuses that pod's evictions (a policy engine's "this pod is not evicted")
+    record, start = _evicting(cluster)
+    slow = web_pods(cluster)[0]
+    cluster.delete_pod(slow, 900)
+    own = next(p for p in cluster.pods_on(NODE) if p.uid == slow.uid).deletion_at
+    assert own is not None
+    server.admission.deny(
+        Denial(WEBHOOK, "CREATE", "pods/eviction", "shop", slow.name, 403, "Forbidden", "pinned")
+    )
+    server.remove_node(NODE)
+
+    # When the drain polls: its eviction of that pod, which would have shortened its deletion, is refused
+    step = evict(cluster)
+    outcome = step(record, start)
+    assert next(p for p in cluster.pods_on(NODE) if p.uid == slow.uid).deletion_at == own
+
+    # When podgc's quarantine ends and it force-deletes them all from the API before the next poll: their live kubelet
+    # goes on stopping each with its grace, the slow one's its own 15 minutes
+    _podgc_removes_them(server, cluster)
+
+    # Then the drain does not complete the action under that pod once the drain's shorter grace is over: it waits
+    # until the pod's own deletion's deadline (within the drain's), as it would have had the pod been listed
+    record = record.model_copy(update=dict(outcome.changes))
+    waiting = step(record, start + timedelta(seconds=180))
+    assert (waiting.then, waiting.again) == (None, True), waiting
+    record = record.model_copy(update=dict(waiting.changes))
+    settled = step(record, own + timedelta(seconds=1))
     assert (settled.then, settled.changes.get("outcome")) == (Step.COMPLETE, "node-gone"), settled

@@ -174,6 +174,14 @@ class _PodCalls:
             yield pod, answer
 
 
+def _latest(noted: object, found: list[datetime]) -> datetime:
+    """The latest of ``found`` and of ``noted`` (an ORPHANS_STOPPING as record.extra keeps it; unreadable: none)."""
+    if isinstance(noted, str):
+        with suppress(ValueError):
+            return max([*found, datetime.fromisoformat(noted)])
+    return max(found)
+
+
 def _stopping_until(
     extra: dict[str, Any], left: list[PodInfo], cap: int, now: datetime, *, shortened: Collection[str] = ()
 ) -> datetime | None:
@@ -535,10 +543,16 @@ class Evict:
         cap: int,
         deadline: datetime,
         now: datetime,
+        *,
+        outlasting: Collection[PodInfo] = (),
         **changes: Any,
     ) -> Outcome:
         """One pass of evictions over ``asked`` (each pod's grace at most ``cap``), told and counted, then the
-        wait for the next poll: the node's drain, or the pods still bound to a node deleted."""
+        wait for the next poll: the node's drain, or the pods still bound to a node deleted. ``outlasting``: those
+        of a deleted node's pods, among ``asked``, whose deletion by someone else outlasts the cap, noted in
+        ORPHANS_STOPPING as stopped within the cap (see _stopping_until): one this pass did not shorten after all
+        (its eviction refused by a webhook, failed, gone from the API, or not asked: the pass cut short) is noted at
+        its own deletion's deadline, which its kubelet keeps to once podgc has removed it from the API."""
         policy = self._policy
         polls = int(record.extra.get(POLLS, 0))
         evicted = 0
@@ -551,6 +565,7 @@ class Evict:
         told = 0  # pods whose refusal this pass told of
         ending = set(record.extra.get(ENDING_NAMESPACES) or [])
         calls = _PodCalls(notes, self._metrics, self._time_left)
+        shortened: set[str] = set()  # the pods being deleted whose deletion this pass shortened to the cap
 
         def tell_once(pod: PodInfo, reason: str, message: str) -> None:
             """Tell of ``pod``'s refusal once per pod and drain, a few per pass: it is asked again at every poll."""
@@ -567,7 +582,10 @@ class Evict:
             else:
                 result = self._cluster.evict(pod, grace)
             if result.kind is Eviction.NAMESPACE_TERMINATING and pod.terminating:
-                self._shorten(pod, grace)
+                if self._shorten(pod, grace):
+                    shortened.add(pod.uid)
+            elif result.kind is Eviction.EVICTED and pod.terminating:
+                shortened.add(pod.uid)  # (an eviction of a pod being deleted is that delete with its grace)
             return result
 
         answered: set[str] = set()
@@ -667,6 +685,11 @@ class Evict:
         extra = notes.into({**record.extra, POLLS: polls + 1})
         if ending:
             extra[ENDING_NAMESPACES] = sorted(ending)
+        kept = [
+            pod.deletion_at for pod in outlasting if pod.uid not in shortened and pod.deletion_at is not None
+        ]
+        if kept:
+            extra[ORPHANS_STOPPING] = _latest(extra.get(ORPHANS_STOPPING), kept).isoformat()
         # (the next look no later than the deadline, where the timeout policy acts: see _until_deadline)
         wait = _until_deadline(max(_poll_delay(polls, policy.poll_seconds), asked_wait), deadline, now)
         return Outcome.wait(
@@ -676,17 +699,19 @@ class Evict:
             **changes,
         )
 
-    def _shorten(self, pod: PodInfo, grace: int) -> None:
+    def _shorten(self, pod: PodInfo, grace: int) -> bool:
         """Shorten to ``grace`` the deletion of ``pod``, of a namespace being deleted, which its namespace
         controller deleted with the pod's own grace (possibly far past the drain's cap): an eviction is refused
         there (403 NamespaceTerminating), a delete is not. It disrupts nothing an eviction would not: kube-apiserver
         evicts a pod already being deleted without looking at its budgets (canIgnorePDB, eviction.go), by this very
         delete. The API server only ever shortens a deletion in progress. A refusal (a webhook on pod deletes) leaves
-        the pod to its own grace, within the drain's timeout policy, as before."""
+        the pod to its own grace, within the drain's timeout policy, as before. Whether the delete was taken."""
         try:
             self._cluster.delete_pod(pod, grace)
         except Refused as refusal:
             log.info("pod %s/%s, being deleted, is not hastened: %s", pod.namespace, pod.name, refusal)
+            return False
+        return True
 
     def _failing(
         self,
@@ -845,7 +870,7 @@ class Evict:
             # Settled as node-gone instead, the action was completed under them, the force never applied, the
             # timeout never counted: they ran on until the instance's end, or podgc's force-delete.
             return self._timed_out(record, now, left, **changes)
-        return self._ask_to_leave(record, asked, cap, deadline, now, **changes)
+        return self._ask_to_leave(record, asked, cap, deadline, now, outlasting=outlasting, **changes)
 
     def _tell(
         self, record: LifecycleRecord, pod: PodInfo, reason: str, why: str, *, what: str = "Eviction"
