@@ -48,9 +48,15 @@ WORKER_KINDS = ("worker-kill", "clock-skew", "time-travel")
 # injector: a node's container runtime that hangs, an Elastic IP that AWS locks.
 WORLD_KINDS = ("kube-hung-runtime", "eip-locked")
 # Set and lifted by the campaign's world too (chaos/outages.py): an event source mapping disabled, a function's
-# role without its policy, a third writer of the budget ConfigMap; and, once the story is over, a work message
-# replayed hours later.
-OUTAGE_KINDS = ("mapping-paused", "iam-detached", "budget-third-writer", "work-replay")
+# role without its policy, a third writer of the budget ConfigMap, the scenario's PodDisruptionBudget's status
+# written by others at every eviction's try; and, once the story is over, a work message replayed hours later.
+OUTAGE_KINDS = (
+    "mapping-paused",
+    "iam-detached",
+    "budget-third-writer",
+    "work-replay",
+    "kube-budget-contended",
+)
 KINDS = (
     *KUBE_KINDS,
     *KUBE_REFUSAL_KINDS,

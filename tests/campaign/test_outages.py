@@ -12,6 +12,7 @@ from typing import Any
 from nodecycle_sandbox.chaos.invariants import DRAIN_TIMEOUT, OUTAGE_RECOVERY, _forced_from
 from nodecycle_sandbox.chaos.outages import Outages, oldest_work
 from nodecycle_sandbox.chaos.plan import (
+    BUDGET_CONTENDED_LONGEST,
     IAM_DETACHED_LONGEST,
     MAPPING_PAUSED_LONGEST,
     OUTAGE_LATEST,
@@ -30,6 +31,7 @@ LONGEST = {
     "mapping-paused": MAPPING_PAUSED_LONGEST,
     "iam-detached": IAM_DETACHED_LONGEST,
     "budget-third-writer": THIRD_WRITER_LONGEST,
+    "kube-budget-contended": BUDGET_CONTENDED_LONGEST,
 }
 
 

@@ -10,6 +10,9 @@ controller uses, so that the product meets the real answers:
 - ``budget-third-writer``: another writer of the budget ConfigMap (a GitOps controller, a backup tool) patching its
   metadata every ``value`` seconds through the API server: every conditional write of nodecycle's in between meets a
   real 409, the document itself unchanged;
+- ``kube-budget-contended``: the scenario's PodDisruptionBudget's status written by others at every try of the
+  eviction handler's (``KubeServer.contend_budget``): each eviction under it it would allow is answered 504 "due to
+  conflicts", Retry-After 10, about 10 s late, as kube-apiserver answers under many evictions at once;
 - ``work-replay``: once the story is over, its oldest work messages to a function sent again to their queue hours
   later (a dead-letter queue redriven), every function's clock moved on by as much while they are handled.
 
@@ -33,7 +36,7 @@ from nodecycle_sandbox.sandbox import Sandbox
 
 log = logging.getLogger(__name__)
 
-TIMED = frozenset({"mapping-paused", "iam-detached", "budget-third-writer"})
+TIMED = frozenset({"mapping-paused", "iam-detached", "budget-third-writer", "kube-budget-contended"})
 LOOK = 0.25  # seconds between two looks at what is due
 # The work queue each replayed function reads (the template's)
 WORK_QUEUES = {"DrainFunction": "DrainQueue", "EipFunction": "EipQueue", "WakeFunction": "WakeQueue"}
@@ -58,6 +61,7 @@ class Outages:
     faults: tuple[Fault, ...]
     armed: float
     budget: tuple[str, str, str]  # the budget ConfigMap's namespace, name and key
+    disruption_budget: tuple[str, str] = ("", "")  # the scenario's PodDisruptionBudget's namespace and name
     notes: list[str] = field(default_factory=list)
     firings: list[Firing] = field(default_factory=list)
     _api: Any = None  # the third writer's API client (CoreV1Api)
@@ -135,7 +139,20 @@ class Outages:
             return self._pause_mapping(fault)
         if fault.kind == "iam-detached":
             return self._detach_policy(fault)
+        if fault.kind == "kube-budget-contended":
+            return self._contend_budget()
         return self._third_writer(fault)
+
+    def _contend_budget(self) -> tuple[str, Callable[[], None]]:
+        namespace, name = self.disruption_budget
+        if not name:
+            raise ValueError("no PodDisruptionBudget named to contend")
+        self.box.kube.contend_budget(namespace, name)
+
+        def lift() -> None:
+            self.box.kube.contend_budget(namespace, name, contended=False)
+
+        return f"poddisruptionbudgets {namespace}/{name} contended", lift
 
     def _pause_mapping(self, fault: Fault) -> tuple[str, Callable[[], None]]:
         stack = self._stack(fault)

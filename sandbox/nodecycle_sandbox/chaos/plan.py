@@ -16,9 +16,10 @@ with a token no hook issued, a replay of an action already completed or still op
 the stack that does not own the group. Design invariant 8: none of them may disrupt anything.
 
 With faults, outages are drawn last of all, each from a stream of its own (:func:`draw_mapping_paused`,
-:func:`draw_iam_detached`, :func:`draw_third_writer`, :func:`draw_work_replay`; set by ``chaos/outages.py``): an
-event source mapping disabled for a while, one function's role without its policy, a third writer of the budget
-ConfigMap, and work messages replayed hours after the story.
+:func:`draw_iam_detached`, :func:`draw_third_writer`, :func:`draw_work_replay`, :func:`draw_budget_contended`; set
+by ``chaos/outages.py``): an event source mapping disabled for a while, one function's role without its policy, a
+third writer of the budget ConfigMap, work messages replayed hours after the story, and the scenario's
+PodDisruptionBudget contended (its evictions answered 504 "due to conflicts").
 """
 
 from __future__ import annotations
@@ -211,6 +212,7 @@ def draw(
         *draw_iam_detached(random.Random(f"{seed}:{index}:iam-detached")),
         *draw_third_writer(random.Random(f"{seed}:{index}:third-writer")),
         *draw_work_replay(random.Random(f"{seed}:{index}:work-replay")),
+        *draw_budget_contended(random.Random(f"{seed}:{index}:budget-contended")),
     )
     first = len(scenario.faults) + 1
     numbered = tuple(replace(f, id=f"f{n}") for n, f in enumerate(outages, start=first))
@@ -474,6 +476,26 @@ def draw_work_replay(rng: random.Random) -> tuple[Fault, ...]:
     function = rng.choice(REPLAYED_FUNCTIONS)
     later = round(rng.uniform(REPLAY_EARLIEST, REPLAY_LATEST))
     return (Fault("", "work-replay", function, 1.0, limit=rng.randint(1, 3), value=later),)
+
+
+# How long the scenario's PodDisruptionBudget stays contended at most: as long as the cluster's refusals, so that
+# drains meet their timeout policy under it (each eviction it answers holds its caller about 10 s: the eviction
+# handler's 20 tries of its status write, 500 ms apart, before its 504)
+BUDGET_CONTENDED_LONGEST = KUBE_REFUSAL_LONGEST
+
+
+def draw_budget_contended(rng: random.Random) -> tuple[Fault, ...]:
+    """The scenario's PodDisruptionBudget contended from ``start`` to ``stop`` (``KubeServer.contend_budget``): its
+    status written by others (many evictions at once under it: a refresh of many nodes, several stacks, another
+    tool's drains) at every try of the eviction handler's status write, each eviction it would allow answered,
+    about 10 s late, 504 Timeout "couldn't update PodDisruptionBudget ... due to conflicts" with Retry-After 10
+    (kube-apiserver, pkg/registry/core/pod/storage/eviction.go: EvictionsRetry, then errors.NewTimeoutError(..., 10));
+    one it has no room for is still answered 429 at once. Nothing else is held up: the other pods of a drain are."""
+    if rng.random() >= OUTAGE_SHARE:
+        return ()
+    start = round(rng.uniform(0.0, OUTAGE_LATEST), 1)
+    stop = round(start + rng.uniform(2.0, BUDGET_CONTENDED_LONGEST), 1)
+    return (Fault("", "kube-budget-contended", "poddisruptionbudgets", 1.0, start=start, stop=stop, limit=1),)
 
 
 # How far behind its writes AWS reads at most, in seconds: "usually under a second" (a DynamoDB global secondary

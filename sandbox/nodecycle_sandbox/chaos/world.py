@@ -778,6 +778,7 @@ class ScenarioRun:
             faults=self.scenario.faults,
             armed=armed,
             budget=BUDGET,
+            disruption_budget=(self.tag, "web"),  # (the one the scenario's Deployment is seeded with)
         )
 
     def _lift_locks(self) -> None:
