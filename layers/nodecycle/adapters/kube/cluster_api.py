@@ -172,6 +172,7 @@ def pod_info(data: dict[str, Any]) -> PodInfo:
         name=meta["name"],
         uid=meta.get("uid", ""),
         controller_kind=controller.get("kind") if controller else None,
+        controller_uid=controller.get("uid") if controller else None,
         mirror="kubernetes.io/config.mirror" in (meta.get("annotations") or {}),
         grace_period=spec.get("terminationGracePeriodSeconds"),
         deletion_at=_timestamp(meta.get("deletionTimestamp")),

@@ -69,7 +69,8 @@ FORCED_STOP_SLACK = timedelta(seconds=10)
 CHECK_NODE_AFTER = timedelta(seconds=15)
 STUCK_PODS = "stuck_pods"  # record.extra key: pods the drain stopped waiting for, and why
 # A pass over the pods stops calling after this many transient failures: one pod's call failing is that pod's
-# trouble, more is the API server's, and each may have cost a read timeout of the step's minute.
+# trouble, more is the API server's, and each may have cost a read timeout of the step's minute. A budget's contention
+# (Contended) is not counted: it is the budget's answer, not the server's trouble (see _PodCalls).
 FAILURES_PER_PASS = 2
 # A pod whose evictions fail at every try for this long is no blip (a webhook on evictions whose pods are gone, under
 # failurePolicy Fail: 500 'failed calling webhook' until someone fixes it): told, and alarmed, as a refusal is
@@ -143,11 +144,21 @@ class _PodCalls:
     def answers[T](
         self, pods: Iterable[PodInfo], call: Callable[[PodInfo], T]
     ) -> Iterator[tuple[PodInfo, T]]:
-        """Each pod and what ``call`` answered for it, up to the pass's ``FAILURES_PER_PASS``-th failure."""
+        """Each pod and what ``call`` answered for it, up to the pass's ``FAILURES_PER_PASS``-th failure (a
+        budget's contention not counted), but those of a controller one of whose pods met its budget's contention."""
         listed = list(pods)
         order = self._notes.failure_order(pod.uid for pod in listed)  # (a pod gone has no failure to keep)
         failures = 0
+        # The controllers of the pods whose budget answered Contended this pass. Each such answer comes about 10 s
+        # late (kube-apiserver tries the budget's status write 20 times, 500 ms apart), and a controller's other pods
+        # are under the same budget, in all likelihood: they are asked at the next poll (first: none of them failed),
+        # not now. Counted as failures instead, two of a busy budget's pods stopped the pass before the node's other
+        # pods, pass after pass while that budget had pods not asked yet (those go first), the others evicted a poll
+        # and its Retry-After later for every two of them.
+        contended: set[str] = set()
         for pod in sorted(listed, key=lambda pod: order.get(pod.uid, 0)):
+            if pod.controller_uid is not None and pod.controller_uid in contended:
+                continue
             left = self._time_left()
             if left is not None and left < PASS_END_SECONDS:
                 log.warning(
@@ -162,12 +173,16 @@ class _PodCalls:
                 self._metrics.count("StepRetries", step=Step.EVICT.value)
                 self._notes.failed(pod.uid)
                 self.failures.append((pod, error))
-                failures += 1
                 if error.retry_after is not None:
                     self.retry_after = max(self.retry_after or 0.0, error.retry_after)
-                    if not isinstance(error, Contended):
-                        return
-                if failures == FAILURES_PER_PASS:
+                if isinstance(
+                    error, Contended
+                ):  # (its budget's answer, not the server's trouble: not counted)
+                    if pod.controller_uid is not None:
+                        contended.add(pod.controller_uid)
+                    continue
+                failures += 1
+                if error.retry_after is not None or failures == FAILURES_PER_PASS:
                     return
                 continue
             self._notes.answered(pod.uid)

@@ -104,6 +104,9 @@ class PodInfo(BaseModel):
     # metadata.creationTimestamp, on the API server's clock as written (not moved to the reader's: compared only with
     # its node's cordon, another stamp of the API server's; see drain/pods.py). None: not told
     created_at: datetime | None = None
+    # the controlling owner reference's uid (its ReplicaSet's, its StatefulSet's...): the pods of one controller are
+    # selected by the same PodDisruptionBudgets, in all likelihood (see drain/evict.py's _PodCalls). None: not told
+    controller_uid: str | None = None
 
     @property
     def terminating(self) -> bool:
