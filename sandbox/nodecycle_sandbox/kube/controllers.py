@@ -486,9 +486,23 @@ class Controllers:
         changed = False
         for pod in self._store.items(PODS):
             if pod_node(pod) in out_of_service and is_terminating(pod) and not finalizers.stopped(pod):
+                pod = self._mark_failed(pod, None)
                 self._kubelet.end_pod(pod, verb="delete", source=SANDBOX)
                 changed = True
         return changed
+
+    def _mark_failed(self, pod: JsonObj, condition: JsonObj | None) -> JsonObj:
+        """podgc's markFailedAndDeletePod(WithCondition), before its delete (grace 0): a pod not in a terminal phase
+        is moved to Failed, with ``condition`` (an orphan's DisruptionTarget), in one status write of its own; one
+        whose kubelet is gone would otherwise stay Running for ever (and a Job's replacement wait for it)."""
+        if (pod.get("status") or {}).get("phase") in ("Succeeded", "Failed"):
+            return pod
+        updated = json_copy(pod)
+        status = updated.setdefault("status", {})
+        status["phase"] = "Failed"
+        if condition is not None:
+            status["conditions"] = with_condition(status.get("conditions") or [], condition, time.time())
+        return self._store.write(PODS, updated, verb="update", source=SANDBOX, resource="pods/status")
 
     def _collect_orphans(self) -> tuple[bool, float | None]:
         """podgc's gcOrphaned: the pods bound to a node that does not exist stay as they were (Running, or
@@ -511,6 +525,7 @@ class Controllers:
                 continue
             del self._orphaned_at[name]
             for pod in pods:
+                pod = self._mark_failed(pod, ORPHAN_DISRUPTION)
                 self._kubelet.end_pod(pod, verb="delete", source=SANDBOX)
             changed = True
         return changed, min(due, default=None)
@@ -820,6 +835,16 @@ class Controllers:
                 status["disruptedPods"] = budget.disrupted
             changed |= self._write_status(PDBS, pdb, status)
         return changed
+
+
+# The condition podgc's gcOrphaned gives a pod of a node that no longer exists, with phase Failed, before it
+# force-deletes it (kube-controller-manager, pkg/controller/podgc/gc_controller.go, since 1.26)
+ORPHAN_DISRUPTION: JsonObj = {
+    "type": "DisruptionTarget",
+    "status": "True",
+    "reason": "DeletionByPodGC",
+    "message": "PodGC: node no longer exists",
+}
 
 
 def _fail_safe(pdb: JsonObj, failure: str, now: float) -> JsonObj:

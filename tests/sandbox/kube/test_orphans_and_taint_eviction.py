@@ -186,3 +186,37 @@ def test_settling_does_not_wait_for_what_a_lost_kubelet_leads_to_minutes_later()
         assert not _unreachable(server, lingering)
         assert len(_on(server, unreachable)) == 2
         assert not any(_terminating(p) for p in _on(server, unreachable))
+
+
+def test_podgc_marks_an_orphan_failed_with_its_disruption_condition_before_it_force_deletes_it() -> None:
+    # (kube-controller-manager's podgc, gcOrphaned: markFailedAndDeletePodWithCondition patches the pod's status to
+    # phase Failed with the DisruptionTarget condition, reason DeletionByPodGC, then deletes it with grace 0)
+    with KubeServer(tick_seconds=0.02, pod_start_seconds=0.05, pod_gc_quarantine_seconds=600) as server:
+        kube = connect(server)
+        # Given a pod of a Deployment whose finalizer keeps it in the API once deleted, on a node that is deleted
+        server.seed(
+            {"nodes": nodes_seed(3), "deployments": [{"name": "web", "namespace": "shop", "replicas": 3}]}
+        )
+        server.settle()
+        gone = node_name(0, 10)
+        (orphan,) = _on(server, gone)
+        name = orphan["metadata"]["name"]
+        kube.core.patch_namespaced_pod(name, "shop", {"metadata": {"finalizers": ["example.com/keep"]}})
+        assert server.remove_node(gone) is True
+
+        # When podgc's quarantine is over
+        server.pod_gc_quarantine_seconds = 0
+        wait_until(lambda: _terminating(server.get_object("pods", name, "shop")), what="the orphan collected")
+
+        # Then the pod was marked Failed, with the condition that says podgc disrupted it, before its deletion
+        pod = server.get_object("pods", name, "shop")
+        assert pod is not None
+        assert pod["status"]["phase"] == "Failed"
+        (target,) = [c for c in pod["status"]["conditions"] if c["type"] == "DisruptionTarget"]
+        assert (target["status"], target["reason"], target["message"]) == (
+            "True",
+            "DeletionByPodGC",
+            "PodGC: node no longer exists",
+        )
+        assert pod["metadata"]["deletionGracePeriodSeconds"] == 0
+        kube.api_client.close()
