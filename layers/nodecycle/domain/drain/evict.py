@@ -91,6 +91,12 @@ TOLD_PER_PASS = 3
 PASS_END_SECONDS = 1.0
 # record.extra key: the namespaces found being deleted, whose pods are no longer asked to leave (see _ask_to_leave)
 ENDING_NAMESPACES = "ending_namespaces"
+# record.extra key: for each of them, the latest creation (RFC 3339, the API server's clock) among its pods the drain
+# asked to leave when it found it so. A namespace being deleted takes no new pod (kube-apiserver's NamespaceLifecycle
+# admission refuses every create there), so a pod of it created later is of the namespace deleted and created again
+# under its name (a GitOps controller recreating it) while the drain ran: asked to leave as any. One not noted (a
+# drain's before this was kept, or pods without a creation): every pod of it is taken for the namespace's.
+ENDING_SINCE = "ending_namespaces_created"
 DRAINED_AT = "drained_at"  # record.extra key: when the node was found empty (the load balancer delay starts)
 POLLS = "polls"  # record.extra key: how often the drain has looked for its pods so far
 # record.extra key: the grace period (spec.terminationGracePeriodSeconds) of each pod on the node by uid, as a poll
@@ -187,6 +193,27 @@ class _PodCalls:
                 continue
             self._notes.answered(pod.uid)
             yield pod, answer
+
+
+def _ending_since(extra: dict[str, Any]) -> dict[str, datetime | None]:
+    """ENDING_SINCE as the record keeps it (a namespace not noted, or unreadable: all its pods taken for its own)."""
+    noted = extra.get(ENDING_SINCE)
+    found: dict[str, datetime | None] = {}
+    for namespace, at in (noted if isinstance(noted, dict) else {}).items():
+        try:
+            found[str(namespace)] = datetime.fromisoformat(at) if isinstance(at, str) else None
+        except ValueError:
+            found[str(namespace)] = None
+    return found
+
+
+def _of_ending(pod: PodInfo, ending: Collection[str], since: dict[str, datetime | None]) -> bool:
+    """Whether ``pod`` is of a namespace the drain found being deleted, not of one created again under its name
+    since: not created later than the pods that namespace had then (see ENDING_SINCE)."""
+    if pod.namespace not in ending:
+        return False
+    latest = since.get(pod.namespace)
+    return latest is None or pod.created_at is None or pod.created_at <= latest
 
 
 def _latest(noted: object, found: list[datetime]) -> datetime:
@@ -579,6 +606,7 @@ class Evict:
         notes.keep_only(pod.uid for pod in asked)  # (the pods not asked any more are gone, or leaving)
         told = 0  # pods whose refusal this pass told of
         ending = set(record.extra.get(ENDING_NAMESPACES) or [])
+        ending_since = _ending_since(record.extra)
         calls = _PodCalls(notes, self._metrics, self._time_left)
         shortened: set[str] = set()  # the pods being deleted whose deletion this pass shortened to the cap
 
@@ -592,7 +620,8 @@ class Evict:
 
         def ask(pod: PodInfo) -> EvictionResult:
             grace = podfilter.grace_for(pod, cap)
-            if pod.namespace in ending:  # (its namespace answered: no eviction is accepted there any more)
+            # (its namespace answered: no eviction is accepted there any more)
+            if _of_ending(pod, ending, ending_since):
                 result = EvictionResult(Eviction.NAMESPACE_TERMINATING, "its namespace is being deleted")
             else:
                 result = self._cluster.evict(pod, grace)
@@ -661,7 +690,7 @@ class Evict:
                 # anything to tell (the API server takes no Event there either): it is waited for as a pod being
                 # deleted, within the drain's timeout policy (a delete is taken there), and neither it nor its
                 # namespace's other pods are asked again
-                if pod.namespace not in ending:
+                if not _of_ending(pod, ending, ending_since):  # (found now: a namespace, or its new namesake)
                     log.info(
                         "pods of namespace %s, being deleted, are not evicted: its namespace controller deletes "
                         "them (%s)",
@@ -669,6 +698,8 @@ class Evict:
                         result.detail,
                     )
                     ending.add(pod.namespace)
+                    created = [p.created_at for p in asked if p.namespace == pod.namespace and p.created_at]
+                    ending_since[pod.namespace] = max(created, default=None)
             elif result.kind is Eviction.REFUSED and pod.terminating:
                 # A pod on its way out, asked again only to shorten its grace, which the API server will not
                 # evict (an admission webhook): it goes at its own pace, within the drain's timeout policy (whose
@@ -700,6 +731,7 @@ class Evict:
         extra = notes.into({**record.extra, POLLS: polls + 1})
         if ending:
             extra[ENDING_NAMESPACES] = sorted(ending)
+            extra[ENDING_SINCE] = {ns: at.isoformat() for ns, at in ending_since.items() if at is not None}
         kept = [
             pod.deletion_at for pod in outlasting if pod.uid not in shortened and pod.deletion_at is not None
         ]
