@@ -44,6 +44,10 @@ SCAN_EVERY = 6
 # controller takes to mark it Unknown, while its kubelet has not run since. The Ready condition's own
 # lastHeartbeatTime cannot tell: a live kubelet posts node status only every 5 minutes, but renews its Lease
 # about every 10 s (a brand-new node's kubelet creates its Lease as it starts).
+# How often a live kubelet renews its node's Lease: a quarter of its 40-s duration (pkg/kubelet: the node lease
+# controller's renewIntervalFraction, 0.25, of nodeLeaseDurationSeconds). A Lease renewed last longer ago than this
+# (and CLOCK_SKEW) as a launch out of a warm pool began is a kubelet's that was asleep then (see _back_from_its_pool)
+KUBELET_RENEW_INTERVAL = timedelta(seconds=10)
 # record.extra key: the Lease's renewTime at the gate's first read of it (NO_LEASE for none), kept for a launch
 # whose start cannot judge the kubelet's stamps (see _timed_by_intake).
 LEASE_SEEN = "lease_seen"
@@ -374,11 +378,7 @@ class ReadinessGate:
                 )
                 return False
         elif record.origin == WARM_POOL:
-            # (at the first read, a renewal stamped at or after the launch's start counts, with no clock allowance)
-            start = max(record.started_at, now) if _timed_by_intake(record) else record.started_at
-            if _renewed_since_first_read(
-                renewed, record, extra, first_read_counts_from=start, allowance=timedelta(0)
-            ):
+            if _back_from_its_pool(node, renewed, record, now, extra):
                 return True
         elif _timed_by_intake(record):
             # (at the first read, a renewal since both the launch's start and this look counts)
@@ -424,6 +424,54 @@ def _older_than_its_launch(node: NodeInfo, record: LifecycleRecord) -> bool:
         and node.created_at is not None
         and node.created_at < record.started_at - CLOCK_SKEW
     )
+
+
+def _back_from_its_pool(
+    node: NodeInfo, renewed: datetime | None, record: LifecycleRecord, now: datetime, extra: dict[str, object]
+) -> bool:
+    """Whether the kubelet of an instance out of its warm pool (Origin WarmPool) runs: its Lease renewed since the
+    launch began, and, when its kubelet was asleep as the launch began (a Stopped or a Hibernated pool's instance),
+    the node's Ready its own. At the first read, a renewal stamped at or after the launch's start counts, with no
+    clock allowance (see _renewed_since_first_read). A first read whose renewal is older than the launch's start by
+    more than a kubelet's renewal interval and CLOCK_SKEW (KUBELET_RENEW_INTERVAL) is of a kubelet that had
+    stopped renewing before the launch began: a renewal since is the booted (or resumed) kubelet's, which renews its
+    Lease from the start, while its status loop posts the node's status (the new boot's id, its own Ready) only once
+    its first runtime check is done (kubelet.go, Kubelet.Run: the Lease controller started beside a status loop that
+    first calls updateRuntimeUp). An instance out of the pool within the node monitor's grace (40 s) finds its node
+    still Ready from before the stop: taken with that renewal alone, the launch completed and the instance went in
+    service while its node's Ready was the old boot's, its own first post still to come (NotReady while its runtime
+    or its network plugin starts). So, as for a node older than its launch told without Origin, that renewal counts
+    once the kubelet posted its status since (_posted_since_the_reboot), or has renewed on for SAME_BOOT_AFTER on the
+    boot of the first read (a Hibernated pool's, resumed with nothing to post). A Running pool's kubelet renews every
+    interval: its first read's renewal is recent, and its next renewal opens the gate as before."""
+    start = max(record.started_at, now) if _timed_by_intake(record) else record.started_at
+    asleep = _asleep_as_it_began(record)
+    posted = _posted_since_the_reboot(node, record, extra)  # (its boot id noted at the first read)
+    if not _renewed_since_first_read(
+        renewed, record, extra, first_read_counts_from=start, allowance=timedelta(0)
+    ):
+        return False
+    if not asleep or posted or _running_on_the_same_boot(node, renewed, record, now, extra):
+        return True
+    log.info(
+        "node %s says Ready and its Lease is renewed, but its kubelet, asleep in the warm pool as the launch began, "
+        "has not posted its status since (boot id %s, heartbeat %s): waiting for it",
+        node.name,
+        node.boot_id,
+        node.ready_heartbeat_at,
+    )
+    return False
+
+
+def _asleep_as_it_began(record: LifecycleRecord) -> bool:
+    """Whether the gate's first read (a look before this one) found the Lease renewed last more than a renewal
+    interval before the launch began, or found none: its kubelet was not running then. False at the first read."""
+    seen = record.extra.get(LEASE_SEEN)
+    if seen is None:
+        return False
+    if seen == NO_LEASE:
+        return True
+    return datetime.fromisoformat(str(seen)) < record.started_at - KUBELET_RENEW_INTERVAL - CLOCK_SKEW
 
 
 def _renewed_since_first_read(

@@ -26,6 +26,8 @@ from tests.unit.drain.test_drain_steps import INSTANCE, NODE, launching, readine
 
 SEED = {"nodes": [{"privateIp": "10.0.1.23", "instanceId": INSTANCE, "zone": "eu-west-1a"}]}
 LEASES = "kube-node-lease"
+# How long a booted kubelet posts its node's status after its first Lease renewal (see set_boot_status_lag)
+STATUS_LAG = 3.0
 
 
 @pytest.fixture
@@ -126,6 +128,42 @@ def test_the_gate_opens_once_the_kubelet_of_an_instance_back_from_its_warm_pool_
 
     # Then the gate opens at its next look
     opened = gate(record.model_copy(update=dict(waiting.changes)), returned + timedelta(seconds=5))
+    assert (opened.again, opened.changes["outcome"]) == (False, "node-ready")
+
+
+def boot_id(server: KubeServer) -> str:
+    node = server.get_object("nodes", NODE) or {}
+    return str(((node.get("status") or {}).get("nodeInfo") or {}).get("bootID", ""))
+
+
+def test_an_instance_back_from_a_short_stop_in_its_warm_pool_waits_for_its_booted_kubelet_to_post_its_status(
+    server: KubeServer, gate: ReadinessGate
+) -> None:
+    # Given an instance stopped into its warm pool and taken out of it within the node monitor's grace (its node
+    # still Ready from before the stop), whose kubelet, once booted, renews its Lease at once but posts the node's
+    # status (the new boot's id, its own Ready) only STATUS_LAG seconds later, as a real kubelet's status loop waits
+    # for its first runtime check while its Lease controller runs from the start
+    server.set_boot_status_lag(STATUS_LAG, node=NODE)
+    server.instance_stopped(NODE)
+    last, before = renewed(server), boot_id(server)
+    returned = last + timedelta(seconds=20)
+    record = launching(origin="WarmPool", started_at=returned)
+    waiting = gate(record, returned)
+    assert waiting.again
+
+    # When the instance boots and its kubelet renews the Lease, the node still Ready on the boot from before the stop
+    server.instance_started(NODE)
+    wait_for(lambda: renewed(server) > last, 10, "the booted kubelet's renewal")
+    record = record.model_copy(update=dict(waiting.changes))
+    early = gate(record, returned + timedelta(seconds=5))
+
+    # Then the gate waits for the kubelet's status, and opens once it is posted
+    assert says_ready(server)
+    assert boot_id(server) == before, "the kubelet posted its status before the look: the lag is too short"
+    assert early.again, "the launch completed on the Ready of the node's boot from before the stop"
+    wait_for(lambda: boot_id(server) != before, 10, "the booted kubelet's status")
+    record = record.model_copy(update=dict(early.changes))
+    opened = gate(record, returned + timedelta(seconds=10))
     assert (opened.again, opened.changes["outcome"]) == (False, "node-ready")
 
 

@@ -4,8 +4,12 @@ sleeps (or boots)."""
 
 from __future__ import annotations
 
+import time
+
 import pytest
 
+from nodecycle.domain.launch import KUBELET_RENEW_INTERVAL
+from nodecycle.domain.nodes import CLOCK_SKEW
 from nodecycle_sandbox import Sandbox
 from nodecycle_sandbox.aws.group import WarmPoolSpec
 from tests.integration.lifecycle.harness import running, wait_for
@@ -13,6 +17,7 @@ from tests.integration.lifecycle.test_warm_pool import (
     TAKES_BACK,
     TAKES_BACK_HIBERNATED,
     cordoned,
+    last_renewal,
     lease_renewals,
     node_object,
     scaled_in_to_pool,
@@ -25,6 +30,10 @@ pytestmark = pytest.mark.slow
 # the pool, its node still Ready from before the pool meanwhile (the node monitor's grace is not over)
 RESUME_SECONDS = 15.0
 NODE_MONITOR_GRACE = 60.0
+# A kubelet booted out of a Stopped pool renews its Lease at once and posts its node's status (Ready, the new boot's
+# id) this long after, once its first runtime check is done (see Controllers.boot_status_lag)
+STATUS_LAG = 5.0
+BOOT_SECONDS = 3.0
 
 
 def pool_left_at(sandbox: Sandbox, instance: str) -> float:
@@ -44,6 +53,18 @@ def uncordoned_at(sandbox: Sandbox, node: str, since: float) -> float:
         and not e.removed
         and not e.object["spec"].get("unschedulable")
     )
+
+
+def posted_on_another_boot(sandbox: Sandbox, node: str, boot: str) -> list[float]:
+    """When the node's status was written with a boot id other than ``boot`` (a booted kubelet's posts)."""
+    return [
+        e.time
+        for e in sandbox.kube.history()
+        if e.kind == "Node"
+        and e.name == node
+        and not e.removed
+        and e.object["status"].get("nodeInfo", {}).get("bootID") not in (None, boot)
+    ]
 
 
 @pytest.mark.parametrize(
@@ -83,4 +104,41 @@ def test_a_node_out_of_a_stopped_or_hibernated_pool_within_the_grace_stays_cordo
         assert lifted >= renewed[0], (
             f"uncordoned {lifted - left:.1f} s after the instance left the pool, its kubelet back only "
             f"{renewed[0] - left:.1f} s after"
+        )
+
+
+def test_a_launch_out_of_a_stopped_pool_within_the_grace_completes_once_its_booted_kubelet_posted_its_status() -> (
+    None
+):
+    with running(size=3, warm_pool=TAKES_BACK, node_monitor_grace=NODE_MONITOR_GRACE) as sandbox:
+        # Given an instance the group scaled in to its stopped pool, its node drained, kept cordoned and still Ready
+        # (stopped for less than the node monitor's grace), whose kubelet, once booted, renews its Lease at once but
+        # posts the node's status STATUS_LAG seconds later
+        sandbox.asg.set_desired(2)
+        instance, _, node, _ = scaled_in_to_pool(sandbox, "Warmed:Stopped")
+        before = node_object(sandbox, node)["status"]["nodeInfo"]["bootID"]
+        sandbox.kube.set_boot_status_lag(STATUS_LAG, node=node)
+        # (stopped longer than a kubelet's renewal interval before the launch, as any stop and start on EC2 takes
+        # tens of seconds; the sandbox stops an instance in no time)
+        asleep_since = last_renewal(sandbox, node)
+        stay = (KUBELET_RENEW_INTERVAL + CLOCK_SKEW).total_seconds() + 2
+        wait_for(lambda: time.time() > asleep_since + stay, stay + 5, "a stay in the pool")
+
+        # When the group scales out again, the instance booting BOOT_SECONDS after it leaves the pool
+        sandbox.aws.plan_nodes(join_after=BOOT_SECONDS)
+        sandbox.asg.set_desired(3)
+        back = wait_launched_from_pool(sandbox, instance)
+
+        # Then its launch completed only once the booted kubelet posted the node's status (its new boot id), not at
+        # its first Lease renewal, while the node's Ready was still the one from before the stop
+        assert (back.outcome, back.result) == ("completed", "CONTINUE")
+        assert back.finished_at is not None
+
+        first_post = wait_for(
+            lambda: posted_on_another_boot(sandbox, node, before),
+            STATUS_LAG + 10,
+            "the booted kubelet's status",
+        )[0]
+        assert back.finished_at >= first_post, (
+            f"the launch completed {first_post - back.finished_at:.1f} s before the booted kubelet posted its status"
         )
