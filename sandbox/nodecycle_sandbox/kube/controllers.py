@@ -217,18 +217,18 @@ class Controllers:
         """The node's instance resumed from hibernation: no boot (its kernel and processes restored from the
         hibernation image, /proc/sys/kernel/random/boot_id with them, so the kubelet's status.nodeInfo.bootID stays
         the same: MachineInfo setter, pkg/kubelet/nodestatus), its kubelet running on where it stopped. It renews its
-        Lease at once, and posts its node's status only if that status changed (Kubelet.tryUpdateNodeStatus patches
-        a changed status at once, an unchanged one once nodeStatusReportFrequency has passed since its last report,
-        by a monotonic clock that did not run while the instance slept): a node the lifecycle controller marked
-        Unknown meanwhile is posted Ready again; one still Ready (a sleep shorter than the node monitor's grace)
-        gets a new heartbeat only at the next report. The shutdown taint goes, as at a start. False when there is
-        no such node."""
+        Lease once what was left of its renewal interval at the sleep has passed (Kubelet.resume), and posts its
+        node's status only if that status changed (Kubelet.tryUpdateNodeStatus patches a changed status at once, an
+        unchanged one once nodeStatusReportFrequency has passed since its last report, by a monotonic clock that did
+        not run while the instance slept): a node the lifecycle controller marked Unknown meanwhile is posted Ready
+        again; one still Ready (a sleep shorter than the node monitor's grace) gets a new heartbeat only at the next
+        report. The shutdown taint goes, as at a start. False when there is no such node."""
         with self._store.lock:
             self._stopped.discard(name)
             node = self._store.get(NODES, "", name)
             if node is None:
                 return False
-            self._kubelet.revive(name)
+            self._kubelet.resume(name)
             self._kubelet_lost_at.pop(name, None)
             self._boot_status_at.pop(name, None)
             if not node_ready(node):

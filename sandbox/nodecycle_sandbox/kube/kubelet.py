@@ -64,6 +64,7 @@ class Kubelet:
         self._renewed_at: dict[str, float] = {}  # node -> its kubelet's last Lease renewal (monotonic)
         self._ready_at: dict[str, float] = {}
         self._dead: set[str] = set()  # nodes whose kubelet is gone
+        self._gone_since: dict[str, float] = {}  # node -> when its kubelet went (monotonic): see resume
         # nodes whose kubelet runs (it renews its Lease) over a container runtime that hangs, and since when
         # (monotonic): it starts and stops none of their pods (a wedged containerd: StopContainer never returns),
         # and once its PLEG has not relisted for ``pleg_threshold_seconds`` it posts the node Ready=False
@@ -127,13 +128,29 @@ class Kubelet:
         """The node's kubelet is gone: its pods neither start nor finish terminating any more."""
         with self._store.lock:
             self._dead.add(node)
+            self._gone_since.setdefault(node, time.monotonic())
 
     def revive(self, node: str) -> None:
         """The node's kubelet is back: it stops the pods deleted while it was gone (see :meth:`_signal`)."""
         with self._store.lock:
             self._dead.discard(node)
+            self._gone_since.pop(node, None)
             self._pleg_unhealthy.discard(node)  # (a kubelet that starts again checks its runtime afresh)
             self._signal(node)
+
+    def resume(self, node: str) -> None:
+        """The node's kubelet runs on where it stopped (its instance resumed from hibernation), as :meth:`revive`, but
+        its next Lease renewal comes once what was left of its renewal interval when it went to sleep has passed, not
+        at once: the Lease controller waits between renewals on a Go timer (wait.JitterUntil), and Go's timers run
+        by the monotonic clock (CLOCK_MONOTONIC on Linux), which does not advance while the instance sleeps (golang/go
+        issues 24595 and 35012): the timer fires that much after the resume, up to a whole interval (10 s)."""
+        with self._store.lock:
+            gone = self._gone_since.get(node)
+            renewed = self._renewed_at.get(node)
+            self.revive(node)
+            if gone is not None and renewed is not None:
+                left = max(0.0, renewed + self.lease_renew_seconds - gone)
+                self._renewed_at[node] = time.monotonic() + left - self.lease_renew_seconds
 
     def hang_runtime(self, node: str, hung: bool = True) -> None:
         """The node's container runtime hangs (``hung``) or answers again: while it hangs, the pods deleted on the
@@ -254,6 +271,7 @@ class Kubelet:
         with self._store.lock:
             nodes = {name_of(n): n for n in self._store.items(NODES)}
             self._dead &= set(nodes)  # a node registering again under a reused name has a kubelet of its own
+            self._gone_since = {node: since for node, since in self._gone_since.items() if node in self._dead}
             self._hung = {node: since for node, since in self._hung.items() if node in nodes}
             self._pleg_unhealthy &= set(self._hung)
             changed = False

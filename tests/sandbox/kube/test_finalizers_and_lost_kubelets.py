@@ -478,3 +478,40 @@ def test_a_kubelet_resumed_within_the_node_monitors_grace_posts_nothing_until_it
         after = server.get_object("nodes", node)
         assert after is not None
         assert (after["status"]["conditions"], _boot_id(server, node)) == (before, first)
+
+
+def test_a_kubelet_resumed_from_hibernation_renews_its_lease_once_what_was_left_of_its_interval_has_passed() -> (
+    None
+):
+    # (its Lease controller waits on a Go timer, by the monotonic clock, which does not run while the instance sleeps:
+    # after the resume the timer fires once what was left of its wait when the instance went to sleep has passed)
+    renew = 2.0
+    with KubeServer(
+        tick_seconds=0.02, node_lease_renew_seconds=renew, node_status_report_seconds=None
+    ) as server:
+        server.seed({"nodes": nodes_seed(1)})
+        node = node_name(0, 10)
+
+        def renewed() -> float:
+            lease = server.get_object("leases", node, namespace="kube-node-lease")
+            assert lease is not None
+            return parse_rfc3339(str(lease["spec"]["renewTime"]))
+
+        # Given a kubelet that renewed its Lease, its instance hibernated half an interval after that renewal
+        first = renewed()
+        last = wait_until(lambda: renewed() if renewed() > first else None, what="a renewal")
+        wait_until(lambda: time.time() >= last + renew / 2, what="half an interval since the renewal")
+        assert server.instance_stopped(node)
+        slept = time.time()
+        left = last + renew - slept
+
+        # When the instance resumes a few intervals later
+        time.sleep(2 * renew)
+        resumed = time.time()
+        assert server.instance_resumed(node)
+
+        # Then its kubelet renews its Lease once what was left of its interval has passed, not at once
+        wait_until(lambda: renewed() > last, timeout=3 * renew, what="the resumed kubelet's renewal")
+        assert renewed() >= resumed + left - 0.3, (
+            f"renewed {renewed() - resumed:.2f} s after the resume, {left:.2f} s of its interval left at the sleep"
+        )
