@@ -192,7 +192,7 @@ class Controllers:
 
     def instance_started(self, name: str) -> bool:
         """The node's instance runs again (started, or rebooted): its kubelet is back (Ready), posting the new
-        boot's id, and the shutdown taint goes. False when there is no such node."""
+        boot's id, and the shutdown taint goes once the node says Ready. False when there is no such node."""
         with self._store.lock:
             self._stopped.discard(name)
             if self._store.get(NODES, "", name) is None:
@@ -206,11 +206,7 @@ class Controllers:
                 self._boot_status_at[name] = time.monotonic() + lag
             else:
                 self.revive_kubelet(name, booted=True)
-            node = self._store.get(NODES, "", name)
-            assert node is not None  # (under the lock since it was found)
-            updated = node_lifecycle.started(node)
-            if updated != node:
-                self._store.write(NODES, updated, verb="update", source=SANDBOX)
+            # (its shutdown taint goes once the node says Ready: see sync_ready_taints)
             return True
 
     def instance_resumed(self, name: str) -> bool:
@@ -222,7 +218,7 @@ class Controllers:
         unchanged one once nodeStatusReportFrequency has passed since its last report, by a monotonic clock that did
         not run while the instance slept): a node the lifecycle controller marked Unknown meanwhile is posted Ready
         again; one still Ready (a sleep shorter than the node monitor's grace) gets a new heartbeat only at the next
-        report. The shutdown taint goes, as at a start. False when there is no such node."""
+        report. The shutdown taint goes once the node says Ready, as at a start. False when there is no such node."""
         with self._store.lock:
             self._stopped.discard(name)
             node = self._store.get(NODES, "", name)
@@ -234,10 +230,6 @@ class Controllers:
             if not node_ready(node):
                 posted = node_lifecycle.reachable(node, self._kubelet.now_on(name))
                 self._store.write(NODES, posted, verb="update", source=SANDBOX, resource="nodes/status")
-                node = posted
-            updated = node_lifecycle.started(node)
-            if updated != node:
-                self._store.write(NODES, updated, verb="update", source=SANDBOX)
             return True
 
     def revive_kubelet(self, name: str, *, booted: bool = False) -> None:
@@ -389,7 +381,8 @@ class Controllers:
     def sync_ready_taints(self, seen_before: Collection[str] = ()) -> bool:
         """The node lifecycle controller's taints for each node's Ready condition (not-ready while False,
         unreachable while Unknown, neither while True) and for its cordon (unschedulable:NoSchedule while
-        spec.unschedulable); returns whether it wrote any. Not yet for the nodes whose
+        spec.unschedulable), and the cloud node lifecycle controller's lifting of the shutdown taint from a Ready
+        node; returns whether it wrote any. Not yet for the nodes whose
         kubelet posted Ready in this pass (``seen_before``): the controller sees a kubelet's post only after it,
         from its informer, so a node is Ready and still tainted not-ready until its next pass, as on a cluster."""
         changed = False
@@ -400,6 +393,11 @@ class Controllers:
             updated = node_lifecycle.with_unschedulable_taint(
                 node_lifecycle.with_ready_taints(node, now), now
             )
+            if node_ready(updated) and node_lifecycle.tainted_shutdown(updated):
+                # The cloud node lifecycle controller lifts the shutdown taint from a node whose Ready condition is
+                # True, at its pass (k8s.io/cloud-provider controllers/nodelifecycle, MonitorNodes), not as its
+                # instance starts: while the booted kubelet has not posted Ready yet, the node keeps it
+                updated = node_lifecycle.started(updated)
             if updated is not node:
                 self._store.write(NODES, updated, verb="update", source=SANDBOX)
                 changed = True

@@ -265,8 +265,12 @@ def shut_down(node: JsonObj, now: float) -> JsonObj:
     return updated
 
 
+def tainted_shutdown(node: JsonObj) -> bool:
+    return any(t.get("key") == SHUTDOWN_TAINT for t in (node.get("spec") or {}).get("taints") or [])
+
+
 def started(node: JsonObj) -> JsonObj:
-    """The node once its instance runs again: without the shutdown taint."""
+    """The node once its instance runs again and it says Ready: without the shutdown taint."""
     updated = json_copy(node)
     spec = updated.setdefault("spec", {})
     taints = _other_taints(spec)

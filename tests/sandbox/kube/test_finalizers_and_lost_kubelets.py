@@ -383,11 +383,35 @@ def test_the_node_of_a_stopped_instance_stays_tainted_shutdown_until_it_starts_a
         wait_until(lambda: _ready_status(server, node) == "Unknown", what="the node to turn Unknown")
         assert ("node.cloudprovider.kubernetes.io/shutdown", "NoSchedule") in _taints(server, node)
 
-        # ...until the instance runs again: Ready, without the shutdown taint (nor the unreachable ones)
+        # ...until the instance runs again: Ready, and then without the shutdown taint (nor the unreachable ones)
         assert server.instance_started(node)
         assert _ready_status(server, node) == "True"
-        assert _taints(server, node) == set()
+        wait_until(lambda: _taints(server, node) == set(), what="the taints lifted")
         assert not server.instance_stopped("no-such-node")
+
+
+def test_the_shutdown_taint_stays_until_the_node_of_the_started_instance_says_ready() -> None:
+    # (the cloud node lifecycle controller lifts it only from a node whose Ready condition is True, at its next pass:
+    # k8s.io/cloud-provider controllers/nodelifecycle, MonitorNodes; a node not Ready yet is checked for shutdown)
+    with KubeServer(tick_seconds=0.02, node_monitor_grace_seconds=0.2) as server:
+        # Given the node of a stopped instance, tainted shutdown, whose kubelet posts its status a second after it
+        # starts renewing its Lease once the instance boots
+        server.seed({"nodes": nodes_seed(1)})
+        node = node_name(0, 10)
+        server.set_boot_status_lag(1.0, node=node)
+        assert server.instance_stopped(node)
+        wait_until(lambda: _ready_status(server, node) == "Unknown", what="the node to turn Unknown")
+        shutdown = ("node.cloudprovider.kubernetes.io/shutdown", "NoSchedule")
+        assert shutdown in _taints(server, node)
+
+        # When the instance starts again
+        assert server.instance_started(node)
+
+        # Then the node keeps its shutdown taint while it is not Ready, and loses it once its kubelet posted Ready
+        time.sleep(0.3)
+        assert (_ready_status(server, node), shutdown in _taints(server, node)) == ("Unknown", True)
+        wait_until(lambda: _ready_status(server, node) == "True", what="the kubelet's status")
+        wait_until(lambda: shutdown not in _taints(server, node), what="the shutdown taint lifted")
 
 
 def _boot_id(server: KubeServer, node: str) -> str:
@@ -438,7 +462,7 @@ def test_a_kubelet_resumed_from_hibernation_keeps_its_boot_id_and_posts_only_a_c
             return next(c["lastHeartbeatTime"] for c in found["status"]["conditions"] if c["type"] == "Ready")
 
         # When its instance hibernates past the node monitor's grace (the node Unknown) and resumes: its kubelet
-        # posts Ready again, on the same boot id, without the shutdown taint
+        # posts Ready again, on the same boot id, and the node loses its shutdown taint
         assert server.instance_stopped(node)
         wait_until(lambda: _ready_status(server, node) == "Unknown", what="the node Unknown")
         time.sleep(1.1)  # (a heartbeat a second later: whole seconds)
@@ -447,7 +471,10 @@ def test_a_kubelet_resumed_from_hibernation_keeps_its_boot_id_and_posts_only_a_c
         assert server.instance_resumed(node)
         assert (_ready_status(server, node), _boot_id(server, node)) == ("True", first)
         assert heartbeat() > before
-        assert ("node.cloudprovider.kubernetes.io/shutdown", "NoSchedule") not in _taints(server, node)
+        wait_until(
+            lambda: ("node.cloudprovider.kubernetes.io/shutdown", "NoSchedule") not in _taints(server, node),
+            what="the shutdown taint lifted from the Ready node",
+        )
 
 
 def test_a_kubelet_resumed_within_the_node_monitors_grace_posts_nothing_until_its_next_report() -> None:
