@@ -78,6 +78,11 @@ _ASK_FAILURES = (ASK_UNREAD, ASK_UNREAD_TOLD, ASK_BUDGET_FAILING, ASK_BUDGET_FAI
 # record.extra key: the other stack whose claim of the node, left alone as its budget cannot tell it dead
 # (CLAIMED_ELSEWHERE), was told of on the node (told once a lifecycle: its asks retry every BudgetRetrySeconds)
 CLAIM_LEFT_TOLD = "claim_left_told"
+# record.extra key: since when this lifecycle waits for another owner's drain (or claim) of its node, out of the
+# budget's line (no slot_waiting_since). A maintenance's drain looks at EC2's listing of it at such asks once per look
+# interval, as a waiter in line does (see AcquireSlot._as_listed): at every ask, it called DescribeInstanceStatus
+# every BudgetRetrySeconds for the whole of its drain timeout.
+OWNER_WAITING_SINCE = "owner_waiting_since"
 # How long after AWS Health told of an instance's maintenance EC2 may still not list it (DescribeInstanceStatus):
 # intake takes in a maintenance EC2 does not list yet when Health's own event tells of it (EC2's list may lag it),
 # and a drain due that soon after is not held back for EC2's listing. Past it, one EC2 never listed (a Health event
@@ -251,7 +256,10 @@ class AcquireSlot:
         except (TransientError, Refused) as error:
             return self._unread(record, error, now)
         # (read: a failure after this one counts afresh; the budget's, once the budget answers)
-        extra = {key: value for key, value in extra.items() if key not in _ASK_FAILURES}
+        # (and the wait for another owner, kept by that wait's branch alone)
+        extra = {
+            key: value for key, value in extra.items() if key not in (*_ASK_FAILURES, OWNER_WAITING_SINCE)
+        }
         if node is None:
             log.warning("no node for instance %s: nothing to drain", record.instance_id)
             self._metrics.count("NodesNotFound")
@@ -340,6 +348,8 @@ class AcquireSlot:
                 found["extra"] = {**found["extra"], CLAIM_LEFT_TOLD: node.owner}
                 self._tell_claim_left(record, node)
             log.info("node %s is being drained by owner %s: waiting", node.name, node.owner)
+            since = record.extra.get(OWNER_WAITING_SINCE) or now.isoformat()
+            found["extra"] = {**found["extra"], OWNER_WAITING_SINCE: since}
             return Outcome.wait(self._policy.budget_retry_seconds, **found)
         if decision.reason is SlotReason.HELD_BY_OTHER_LIFECYCLE:
             # Another lifecycle of this instance drains the node (a Spot interruption's, a rebalance's): after
@@ -409,11 +419,13 @@ class AcquireSlot:
         cordon the one before it on the record kept (its cleanup lifts it): it waits for its due time unlooked, then
         drains; nor when EC2 does not answer: the drain is not held back for a look once due. Asked once per first
         ask (DescribeInstanceStatus), of a maintenance's drain only: no call of a terminate lifecycle's; a waiter's
-        later asks look once per look interval in line (see ``_moved_in_line``)."""
+        later asks look once per look interval in line (see ``_moved_in_line``), and so do those of one waiting for
+        another owner's drain of its node (OWNER_WAITING_SINCE)."""
         if self._maintenance is None:
             return None
-        if record.slot_waiting_since is not None:
-            return self._moved_in_line(record, now)
+        waiting_since = record.slot_waiting_since or _owner_waiting_since(record)
+        if waiting_since is not None:
+            return self._moved_in_line(record, waiting_since, now)
         early = record.global_deadline - self._policy.maintenance_lead - now > EARLY_BY
         if record.extra.get(KEPT_ON_NODE):
             return self._until_due(record, record.global_deadline, now) if early else None
@@ -463,7 +475,7 @@ class AcquireSlot:
         )
         return self._until_due(record, listed, now, extra={**record.extra, MAINTENANCE_LISTED: True})
 
-    def _moved_in_line(self, record: LifecycleRecord, now: datetime) -> Outcome | None:
+    def _moved_in_line(self, record: LifecycleRecord, since: datetime, now: datetime) -> Outcome | None:
         """A maintenance's lifecycle waiting in the budget's line whose maintenance EC2 now lists elsewhere, or no
         more; None: it asks as it waits. No AWS Health event tells of a customer's move of the event
         (ModifyInstanceEventStartTime: to any start at least 60 minutes ahead, up to its deadline), and Health's update
@@ -486,9 +498,10 @@ class AcquireSlot:
           the record or later: its node is not drained for it (``maintenance-not-listed``), its cleanup gives its
           place in line back. Unless EC2 may not list it yet (``_unlisted_yet``): it asks as it waits.
 
-        EC2 not answering, it asks as it waits: the drain is not held back for a look once due."""
-        maintenance, since = self._maintenance, record.slot_waiting_since
-        if maintenance is None or since is None:
+        EC2 not answering, it asks as it waits: the drain is not held back for a look once due. ``since``: when it
+        joined the line, or began to wait for another owner's drain of its node (OWNER_WAITING_SINCE: no place)."""
+        maintenance = self._maintenance
+        if maintenance is None:
             return None
         look = maintenance_look_in_line(self._policy.maintenance_lead)
         if (now - since) // look <= max(record.updated_at - since, timedelta()) // look:
@@ -523,7 +536,8 @@ class AcquireSlot:
                 record.global_deadline,
             )
             return self._until_due(record, listed, now)
-        self._leave_line(record)
+        if record.slot_waiting_since is not None:  # (one waiting for another owner has no place to give back)
+            self._leave_line(record)
         log.warning(
             "EC2 lists the maintenance of %s at %s, no more at %s (moved later while it waits in line): it leaves "
             "the line, its node drained from %s",
@@ -532,8 +546,9 @@ class AcquireSlot:
             record.global_deadline,
             due,
         )
+        extra = {key: value for key, value in record.extra.items() if key != OWNER_WAITING_SINCE}
         return self._until_due(
-            record, listed, now, slot_waiting_since=None, extra={**record.extra, MAINTENANCE_LISTED: True}
+            record, listed, now, slot_waiting_since=None, extra={**extra, MAINTENANCE_LISTED: True}
         )
 
     def _leave_line(self, record: LifecycleRecord) -> None:
@@ -893,6 +908,16 @@ def _listed_start(record: LifecycleRecord, starts: list[datetime]) -> datetime |
     if successor is not None and successor.global_deadline <= first:
         return None
     return first
+
+
+def _owner_waiting_since(record: LifecycleRecord) -> datetime | None:
+    """Since when the lifecycle waits for another owner's drain of its node (OWNER_WAITING_SINCE); None: it does not,
+    or the stamp cannot be read (then the ask looks at EC2, as a first ask does)."""
+    try:
+        since = datetime.fromisoformat(str(record.extra.get(OWNER_WAITING_SINCE)))
+    except ValueError:
+        return None
+    return since if since.tzinfo is not None else None
 
 
 def _gives_up_at(record: LifecycleRecord, policy: DrainPolicy) -> datetime:
