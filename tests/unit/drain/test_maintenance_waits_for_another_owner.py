@@ -7,14 +7,26 @@ from __future__ import annotations
 import json
 from datetime import timedelta
 
-from nodecycle.domain.drain.acquire import OWNER_WAITING_SINCE
+from nodecycle.domain.drain.acquire import OWNER_WAITING_SINCE, AcquireSlot
 from nodecycle.domain.model import MAINTENANCE_LISTED, LifecycleRecord, Step
+from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.policy import maintenance_look_in_line
 from nodecycle.domain.ports.cluster import NodeInfo
 from nodecycle.domain.ports.instances import ScheduledEvent
-from tests.support.fakes import T0
+from tests.support.fakes import T0, FakeMetrics, InMemoryRecords
 from tests.unit.drain.maintenance_asks import CountingEc2, ask
-from tests.unit.drain.test_drain_steps import FakeSlots, maintenance, node, policy, terminating
+from tests.unit.drain.test_drain_steps import (
+    NODE,
+    FakeCluster,
+    FakeEvents,
+    FakeSlots,
+    NoDns,
+    maintenance,
+    node,
+    policy,
+    terminating,
+    wakes_to_nowhere,
+)
 
 STARTS = T0 + timedelta(hours=1)  # the maintenance's start: its drain is due at T0, an hour's lead before it
 TOLD = T0 - timedelta(days=7)  # AWS Health's notice of it
@@ -89,3 +101,48 @@ def test_a_maintenance_moved_later_while_its_drain_waits_for_another_owner_gives
     assert outcome.changes["global_deadline"] == moved
     assert slots.store.read() == before
     assert OWNER_WAITING_SINCE not in outcome.changes["extra"]
+
+
+def test_a_maintenance_moved_later_while_its_drain_waits_for_another_owner_tells_its_new_time_to_give_up() -> (
+    None
+):
+    # Given the drain waiting for stack-b since its due time, told on the node (it gives up at T0 + 10 min)
+    drain_policy = policy()
+    moved = STARTS + timedelta(days=1)
+    events = FakeEvents()
+    cluster = FakeCluster(nodes={NODE: _claimed_by_stack_b()})
+
+    def step(ec2: CountingEc2) -> AcquireSlot:
+        return AcquireSlot(
+            finder=NodeFinder(cluster, NoDns()),
+            cluster=cluster,
+            slots=FakeSlots(),
+            dispatcher=wakes_to_nowhere(),
+            policy=drain_policy,
+            metrics=FakeMetrics(),
+            events=events,
+            records=InMemoryRecords(),
+            maintenance=ec2,
+        )
+
+    record = maintenance(
+        Step.ACQUIRE_SLOT, STARTS, started_at=TOLD, received_at=TOLD, extra={MAINTENANCE_LISTED: True}
+    )
+    first = step(CountingEc2(events=[ScheduledEvent(code="system-reboot", not_before=STARTS)]))(record, T0)
+    assert events.written == [(NODE, "NodeClaimedElsewhere", "Warning")]
+    record = record.model_copy(update={**first.changes, "updated_at": T0})
+
+    # When its customer moves the maintenance a day later, which its look a look interval on finds, and its drain
+    # comes due again for the new start, stack-b's claim still there
+    later = CountingEc2(events=[ScheduledEvent(code="system-reboot", not_before=moved)])
+    at = T0 + maintenance_look_in_line(drain_policy.maintenance_lead)
+    wait = step(later)(record, at)
+    record = record.model_copy(update={**wait.changes, "updated_at": at})
+    due = moved - drain_policy.maintenance_lead
+    again = step(later)(record, due)
+
+    # Then it waits for stack-b again, and tells on the node when it now gives up (its drain timeout after its new
+    # due time): the event of a day before named a time long past (and Kubernetes keeps an Event an hour only)
+    assert again.again, again
+    assert len(events.written) == 2, events.messages
+    assert (due + drain_policy.timeout).isoformat() in events.messages[1]

@@ -76,7 +76,9 @@ ASK_BUDGET_FAILING = "ask_budget_failing"
 ASK_BUDGET_FAILING_TOLD = "ask_budget_failing_told"
 _ASK_FAILURES = (ASK_UNREAD, ASK_UNREAD_TOLD, ASK_BUDGET_FAILING, ASK_BUDGET_FAILING_TOLD)
 # record.extra key: the other stack whose claim of the node, left alone as its budget cannot tell it dead
-# (CLAIMED_ELSEWHERE), was told of on the node (told once a lifecycle: its asks retry every BudgetRetrySeconds)
+# (CLAIMED_ELSEWHERE), was told of on the node, with the time the drain gives up that the event named ("OWNER until
+# TIME"): told once for both (its asks retry every BudgetRetrySeconds), again when either changes (a maintenance
+# moved, whose drain then gives up at another time: an Event is kept an hour only, the API server's --event-ttl)
 CLAIM_LEFT_TOLD = "claim_left_told"
 # record.extra key: since when this lifecycle waits for another owner's drain (or claim) of its node, out of the
 # budget's line (no slot_waiting_since). A maintenance's drain looks at EC2's listing of it at such asks once per look
@@ -344,8 +346,10 @@ class AcquireSlot:
                     # drain timeout is; the event on the node is seen only by whoever looks at the node
                     self._metrics.count("NodesClaimedElsewhere")
                 return Outcome.goto(settle_step(record), outcome=f"node-owned-by:{node.owner}", **found)
-            elif decision.reason is SlotReason.CLAIMED_ELSEWHERE and extra.get(CLAIM_LEFT_TOLD) != node.owner:
-                found["extra"] = {**found["extra"], CLAIM_LEFT_TOLD: node.owner}
+            elif decision.reason is SlotReason.CLAIMED_ELSEWHERE and extra.get(CLAIM_LEFT_TOLD) != (
+                told := _claim_left_told(node, record, self._policy)
+            ):
+                found["extra"] = {**found["extra"], CLAIM_LEFT_TOLD: told}
                 self._tell_claim_left(record, node)
             log.info("node %s is being drained by owner %s: waiting", node.name, node.owner)
             since = record.extra.get(OWNER_WAITING_SINCE) or now.isoformat()
@@ -918,6 +922,11 @@ def _owner_waiting_since(record: LifecycleRecord) -> datetime | None:
     except ValueError:
         return None
     return since if since.tzinfo is not None else None
+
+
+def _claim_left_told(node: NodeInfo, record: LifecycleRecord, policy: DrainPolicy) -> str:
+    """What CLAIM_LEFT_TOLD records of the claim of ``node`` told on it: its owner, and when the drain gives up."""
+    return f"{node.owner} until {_gives_up_at(record, policy).isoformat()}"
 
 
 def _gives_up_at(record: LifecycleRecord, policy: DrainPolicy) -> datetime:
