@@ -85,6 +85,9 @@ CLAIM_LEFT_TOLD = "claim_left_told"
 # interval, as a waiter in line does (see AcquireSlot._as_listed): at every ask, it called DescribeInstanceStatus
 # every BudgetRetrySeconds for the whole of its drain timeout.
 OWNER_WAITING_SINCE = "owner_waiting_since"
+# The notes of a wait out of the budget's line (no slot_waiting_since), since whose first ask a maintenance's drain
+# looks at EC2's listing of it once per look interval, as a waiter in line does (see AcquireSlot._as_listed)
+_WAITS_OUTSIDE = (OWNER_WAITING_SINCE, *_ASK_FAILURES)
 # How long after AWS Health told of an instance's maintenance EC2 may still not list it (DescribeInstanceStatus):
 # intake takes in a maintenance EC2 does not list yet when Health's own event tells of it (EC2's list may lag it),
 # and a drain due that soon after is not held back for EC2's listing. Past it, one EC2 never listed (a Health event
@@ -423,11 +426,13 @@ class AcquireSlot:
         cordon the one before it on the record kept (its cleanup lifts it): it waits for its due time unlooked, then
         drains; nor when EC2 does not answer: the drain is not held back for a look once due. Asked once per first
         ask (DescribeInstanceStatus), of a maintenance's drain only: no call of a terminate lifecycle's; a waiter's
-        later asks look once per look interval in line (see ``_moved_in_line``), and so do those of one waiting for
-        another owner's drain of its node (OWNER_WAITING_SINCE)."""
+        later asks look once per look interval in line (see ``_moved_in_line``), and so do those of one waiting out of
+        the line: for another owner's drain of its node (OWNER_WAITING_SINCE), or while its asks fail, its node unread
+        or its budget failing (ASK_UNREAD, ASK_BUDGET_FAILING: asked again from a poll up to BudgetRetrySeconds for as
+        long as a Kubernetes API outage lasts)."""
         if self._maintenance is None:
             return None
-        waiting_since = record.slot_waiting_since or _owner_waiting_since(record)
+        waiting_since = record.slot_waiting_since or _waiting_outside_since(record)
         if waiting_since is not None:
             return self._moved_in_line(record, waiting_since, now)
         early = record.global_deadline - self._policy.maintenance_lead - now > EARLY_BY
@@ -550,7 +555,8 @@ class AcquireSlot:
             record.global_deadline,
             due,
         )
-        extra = {key: value for key, value in record.extra.items() if key != OWNER_WAITING_SINCE}
+        # (the wait's notes go with it: its next ask, at the new due time, is a first ask, its failures counted afresh)
+        extra = {key: value for key, value in record.extra.items() if key not in _WAITS_OUTSIDE}
         return self._until_due(
             record, listed, now, slot_waiting_since=None, extra={**extra, MAINTENANCE_LISTED: True}
         )
@@ -914,14 +920,19 @@ def _listed_start(record: LifecycleRecord, starts: list[datetime]) -> datetime |
     return first
 
 
-def _owner_waiting_since(record: LifecycleRecord) -> datetime | None:
-    """Since when the lifecycle waits for another owner's drain of its node (OWNER_WAITING_SINCE); None: it does not,
-    or the stamp cannot be read (then the ask looks at EC2, as a first ask does)."""
-    try:
-        since = datetime.fromisoformat(str(record.extra.get(OWNER_WAITING_SINCE)))
-    except ValueError:
-        return None
-    return since if since.tzinfo is not None else None
+def _waiting_outside_since(record: LifecycleRecord) -> datetime | None:
+    """Since when the lifecycle waits out of the budget's line: for another owner's drain of its node
+    (OWNER_WAITING_SINCE), or its asks failing (ASK_UNREAD, ASK_BUDGET_FAILING), the earliest of those it notes; None:
+    it does not, or no note can be read (then the ask looks at EC2, as a first ask does)."""
+    stamps = []
+    for key in (OWNER_WAITING_SINCE, ASK_UNREAD, ASK_BUDGET_FAILING):
+        try:
+            since = datetime.fromisoformat(str(record.extra.get(key)))
+        except ValueError:
+            continue
+        if since.tzinfo is not None:
+            stamps.append(since)
+    return min(stamps, default=None)
 
 
 def _claim_left_told(node: NodeInfo, record: LifecycleRecord, policy: DrainPolicy) -> str:
