@@ -221,3 +221,40 @@ def test_a_deleted_nodes_pod_whose_shortening_a_webhook_refuses_is_waited_out_fo
     record = record.model_copy(update=dict(waiting.changes))
     settled = step(record, own + timedelta(seconds=1))
     assert (settled.then, settled.changes.get("outcome")) == (Step.COMPLETE, "node-gone"), settled
+
+
+def test_a_deleted_nodes_pod_whose_shortening_a_later_poll_gets_taken_is_waited_out_for_that_shorter_grace(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a drain whose node object was deleted while its instance runs, one of its pods being deleted by someone
+    # else with a grace of 15 minutes, past the drain's cap and its deadline (10 min), whose eviction a webhook refused
+    # at the first poll: noted at its own deletion's deadline
+    record, start = _evicting(cluster)
+    slow = web_pods(cluster)[0]
+    cluster.delete_pod(slow, 900)
+    server.admission.deny(
+        Denial(WEBHOOK, "CREATE", "pods/eviction", "shop", slow.name, 403, "Forbidden", "pinned")
+    )
+    server.remove_node(NODE)
+    step = evict(cluster)
+    outcome = step(record, start)
+    record = record.model_copy(update=dict(outcome.changes))
+
+    # When the webhook lets it through at the next poll: its eviction, taken, shortens its deletion to the drain's
+    # grace (the API server shortens a deletion in progress; its kubelet kills it with the shorter grace from then)
+    server.admission.clear()
+    again = start + timedelta(seconds=2)
+    outcome = step(record, again)
+    record = record.model_copy(update=dict(outcome.changes))
+    shortened = next(p for p in cluster.pods_on(NODE) if p.uid == slow.uid)
+    assert shortened.deletion_grace is not None
+    assert shortened.deletion_grace < 900
+
+    # When podgc's quarantine ends and it force-deletes them all from the API
+    _podgc_removes_them(server, cluster)
+
+    # Then the drain settles once that shorter grace is over (from the poll that shortened it), not at its deadline
+    # for the own grace a refusal once noted: the slot is not held 8 minutes for a pod stopped long before
+    stopped = again + timedelta(seconds=shortened.deletion_grace)
+    settled = step(record, stopped + timedelta(seconds=1))
+    assert (settled.then, settled.changes.get("outcome")) == (Step.COMPLETE, "node-gone"), settled

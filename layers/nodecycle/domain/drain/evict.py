@@ -106,6 +106,12 @@ GRACES = "graces"
 # record.extra key: by when the pods bound to the name of the drain's deleted node are stopped, as far as the polls
 # have seen them (see _stopping_until)
 ORPHANS_STOPPING = "orphans_stopping_until"
+# record.extra key: by uid, the own deletion's deadline (RFC 3339) of each pod bound to a deleted node's name that
+# someone else deletes with a longer grace than the drain's, whose shortening a pass did not get (refused, failed, not
+# asked): its kubelet stops it at that deadline, even once podgc removed it from the API. Kept per pod, out of
+# ORPHANS_STOPPING, so that a later pass whose shortening of it is taken drops it: folded into that latest moment,
+# the drain waited for that deadline (up to its own) for a pod its kubelet stopped within the shorter grace
+ORPHANS_UNSHORTENED = "orphans_unshortened_until"
 # record.extra key: when a poll last found the drain's cordon undone and sent it back to be cordoned again
 RECORDONED = "recordoned"
 
@@ -216,12 +222,32 @@ def _of_ending(pod: PodInfo, ending: Collection[str], since: dict[str, datetime 
     return latest is None or pod.created_at is None or pod.created_at <= latest
 
 
-def _latest(noted: object, found: list[datetime]) -> datetime:
-    """The latest of ``found`` and of ``noted`` (an ORPHANS_STOPPING as record.extra keeps it; unreadable: none)."""
-    if isinstance(noted, str):
-        with suppress(ValueError):
-            return max([*found, datetime.fromisoformat(noted)])
-    return max(found)
+def _unshortened(extra: dict[str, Any]) -> dict[str, datetime]:
+    """ORPHANS_UNSHORTENED as the record keeps it (an entry unreadable: left out, as a record without it)."""
+    noted = extra.get(ORPHANS_UNSHORTENED)
+    found: dict[str, datetime] = {}
+    for uid, at in (noted if isinstance(noted, dict) else {}).items():
+        if isinstance(at, str):
+            with suppress(ValueError):
+                found[str(uid)] = datetime.fromisoformat(at)
+    return found
+
+
+def _noted_unshortened(
+    extra: dict[str, Any], outlasting: Collection[PodInfo], shortened: Collection[str], now: datetime
+) -> dict[str, Any]:
+    """``extra`` noting in ORPHANS_UNSHORTENED each of ``outlasting`` this pass did not shorten at its own deadline,
+    and dropping each it did shorten (its kubelet now stops it within the shorter grace, which ORPHANS_STOPPING
+    holds) and each whose deadline is over."""
+    kept = _unshortened(extra)
+    for pod in outlasting:
+        if pod.uid in shortened:
+            kept.pop(pod.uid, None)
+        elif pod.deletion_at is not None:
+            kept[pod.uid] = max(pod.deletion_at, kept.get(pod.uid, pod.deletion_at))
+    rest = {key: value for key, value in extra.items() if key != ORPHANS_UNSHORTENED}
+    live = {uid: at.isoformat() for uid, at in kept.items() if at > now}
+    return {**rest, ORPHANS_UNSHORTENED: live} if live else rest
 
 
 def _stopping_until(
@@ -594,7 +620,8 @@ class Evict:
         of a deleted node's pods, among ``asked``, whose deletion by someone else outlasts the cap, noted in
         ORPHANS_STOPPING as stopped within the cap (see _stopping_until): one this pass did not shorten after all
         (its eviction refused by a webhook, failed, gone from the API, or not asked: the pass cut short) is noted at
-        its own deletion's deadline, which its kubelet keeps to once podgc has removed it from the API."""
+        its own deletion's deadline, which its kubelet keeps to once podgc has removed it from the API, until a later
+        pass shortens it (ORPHANS_UNSHORTENED)."""
         policy = self._policy
         polls = int(record.extra.get(POLLS, 0))
         evicted = 0
@@ -732,11 +759,8 @@ class Evict:
         if ending:
             extra[ENDING_NAMESPACES] = sorted(ending)
             extra[ENDING_SINCE] = {ns: at.isoformat() for ns, at in ending_since.items() if at is not None}
-        kept = [
-            pod.deletion_at for pod in outlasting if pod.uid not in shortened and pod.deletion_at is not None
-        ]
-        if kept:
-            extra[ORPHANS_STOPPING] = _latest(extra.get(ORPHANS_STOPPING), kept).isoformat()
+        if outlasting or ORPHANS_UNSHORTENED in extra:
+            extra = _noted_unshortened(extra, outlasting, shortened, now)
         # (the next look no later than the deadline, where the timeout policy acts: see _until_deadline)
         wait = _until_deadline(max(_poll_delay(polls, policy.poll_seconds), asked_wait), deadline, now)
         return Outcome.wait(
@@ -865,7 +889,12 @@ class Evict:
         # deletion to the drain's deadline, once podgc removed it from the API)
         outlasting = podfilter.outlasting(left, cap, now)
         asked = podfilter.to_evict(pods) + outlasting
-        stopping = _stopping_until(record.extra, left, cap, now, shortened={pod.uid for pod in outlasting})
+        noted = _stopping_until(record.extra, left, cap, now, shortened={pod.uid for pod in outlasting})
+        # (and those a pass did not shorten, at their own deadline, until a pass does: kept apart, see
+        # ORPHANS_UNSHORTENED)
+        stopping = max(
+            [*([] if noted is None else [noted]), *_unshortened(record.extra).values()], default=None
+        )
         if not left and (stopping is None or now >= min(stopping, deadline)):
             log.warning("node %s of %s is gone: nothing left to drain there", node, record.instance_id)
             return Outcome.goto(settle_step(record), outcome="node-gone")
@@ -899,9 +928,9 @@ class Evict:
         changes = (
             {} if record.drain_paused_at is None else {"drain_deadline": deadline, "drain_paused_at": None}
         )
-        if stopping is not None:
+        if noted is not None:
             record = record.model_copy(
-                update={"extra": {**record.extra, ORPHANS_STOPPING: stopping.isoformat()}}
+                update={"extra": {**record.extra, ORPHANS_STOPPING: noted.isoformat()}}
             )
         if not left and stopping is not None:
             # Gone from the API within their grace: podgc force-deleted them once its quarantine was over, while
