@@ -8,10 +8,14 @@ from __future__ import annotations
 import time
 from datetime import UTC, datetime, timedelta
 
+import pytest
+
 from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.domain.model import LifecycleRecord, Step
+from nodecycle.domain.ports.cluster import PodInfo
 from nodecycle_sandbox.kube import KubeServer
 from nodecycle_sandbox.kube.admission import Denial
+from tests.integration.kube.test_kube_drain_ending_namespace import delete_namespace
 from tests.integration.kube.test_kube_drain_steps import (
     INSTANCE,
     NODE,
@@ -257,4 +261,43 @@ def test_a_deleted_nodes_pod_whose_shortening_a_later_poll_gets_taken_is_waited_
     # for the own grace a refusal once noted: the slot is not held 8 minutes for a pod stopped long before
     stopped = again + timedelta(seconds=shortened.deletion_grace)
     settled = step(record, stopped + timedelta(seconds=1))
+    assert (settled.then, settled.changes.get("outcome")) == (Step.COMPLETE, "node-gone"), settled
+
+
+def test_a_deleted_nodes_pod_of_an_ending_namespace_podgc_removes_before_its_shortening_is_waited_out_for_its_own_grace(
+    cluster: KubeCluster, server: KubeServer, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a drain whose node object was deleted while its instance runs, one of its pods being deleted by someone
+    # else with a grace of 15 minutes, past the drain's cap (2 min) and within its deadline (10 min), and its namespace
+    # being deleted (no eviction taken there: the drain shortens that pod's deletion by a delete of its own)
+    record, start = _evicting(cluster)
+    slow = web_pods(cluster)[0]
+    cluster.delete_pod(slow, 900)
+    own = next(p for p in cluster.pods_on(NODE) if p.uid == slow.uid).deletion_at
+    assert own is not None
+    delete_namespace(server, slow.namespace)
+    server.remove_node(NODE)
+
+    # When podgc's quarantine ends between the drain's list and that delete: the pods are removed from the API (their
+    # live kubelet goes on stopping each with its grace, the slow one's its own 15 minutes), the delete answers 404
+    real = cluster.delete_pod
+    answers: list[bool] = []
+
+    def removed_first(pod: PodInfo, grace: int) -> bool:
+        _podgc_removes_them(server, cluster)
+        answers.append(real(pod, grace))
+        return answers[-1]
+
+    monkeypatch.setattr(cluster, "delete_pod", removed_first)
+    step = evict(cluster)
+    outcome = step(record, start)
+    assert answers == [False]  # (gone: nothing shortened)
+
+    # Then the drain does not complete the action under that pod once the drain's shorter grace is over: it waits
+    # until the pod's own deletion's deadline (within the drain's)
+    record = record.model_copy(update=dict(outcome.changes))
+    waiting = step(record, start + timedelta(seconds=180))
+    assert (waiting.then, waiting.again) == (None, True), waiting
+    record = record.model_copy(update=dict(waiting.changes))
+    settled = step(record, own + timedelta(seconds=1))
     assert (settled.then, settled.changes.get("outcome")) == (Step.COMPLETE, "node-gone"), settled

@@ -776,13 +776,14 @@ class Evict:
         there (403 NamespaceTerminating), a delete is not. It disrupts nothing an eviction would not: kube-apiserver
         evicts a pod already being deleted without looking at its budgets (canIgnorePDB, eviction.go), by this very
         delete. The API server only ever shortens a deletion in progress. A refusal (a webhook on pod deletes) leaves
-        the pod to its own grace, within the drain's timeout policy, as before. Whether the delete was taken."""
+        the pod to its own grace, within the drain's timeout policy, as before. Whether the delete was taken: not
+        when refused, nor when the pod is gone (404, or 409: another pod of its name), which shortens nothing: podgc
+        may have removed it from the API since the list, its live kubelet still stopping it with its own grace."""
         try:
-            self._cluster.delete_pod(pod, grace)
+            return self._cluster.delete_pod(pod, grace)
         except Refused as refusal:
             log.info("pod %s/%s, being deleted, is not hastened: %s", pod.namespace, pod.name, refusal)
             return False
-        return True
 
     def _failing(
         self,
