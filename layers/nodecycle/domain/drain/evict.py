@@ -157,7 +157,8 @@ class _PodCalls:
         self, pods: Iterable[PodInfo], call: Callable[[PodInfo], T]
     ) -> Iterator[tuple[PodInfo, T]]:
         """Each pod and what ``call`` answered for it, up to the pass's ``FAILURES_PER_PASS``-th failure (a
-        budget's contention not counted), but those of a controller one of whose pods met its budget's contention."""
+        budget's contention not counted), but those of a controller one of whose pods met its budget's contention (not
+        those being deleted, whose evictions no budget holds)."""
         listed = list(pods)
         order = self._notes.failure_order(pod.uid for pod in listed)  # (a pod gone has no failure to keep)
         failures = 0
@@ -167,9 +168,12 @@ class _PodCalls:
         # not now. Counted as failures instead, two of a busy budget's pods stopped the pass before the node's other
         # pods, pass after pass while that budget had pods not asked yet (those go first), the others evicted a poll
         # and its Retry-After later for every two of them.
+        # Not one being deleted: kube-apiserver evicts it without its budgets (canIgnorePDB: no status write, no
+        # contention), at once, and that eviction shortens a deletion outlasting the drain's grace (left to the next
+        # poll, a deleted node's pod podgc removes meanwhile is waited out for its own grace, its kubelet stopping it)
         contended: set[str] = set()
         for pod in sorted(listed, key=lambda pod: order.get(pod.uid, 0)):
-            if pod.controller_uid is not None and pod.controller_uid in contended:
+            if pod.controller_uid in contended and not pod.terminating:
                 continue
             left = self._time_left()
             if left is not None and left < PASS_END_SECONDS:
