@@ -477,11 +477,16 @@ def test_a_live_node_left_cordoned_without_nodecycles_annotations_is_left_unsett
     assert cordons_left([cordoned], []) == []
 
 
-def _budget_doc(at: float, holders: list[tuple[str, str]], waiters: list[tuple[str, str]]) -> HistoryEntry:
-    def entries(pairs: list[tuple[str, str]]) -> list[dict[str, str]]:
+def _budget_doc(
+    at: float, holders: list[tuple[str, str]], waiters: list[tuple[str, str]], *, in_progress: bool = True
+) -> HistoryEntry:
+    """The budget document at ``at``; its waiters drains in progress by their requests (``inProgress``) or not."""
+
+    def entries(pairs: list[tuple[str, str]]) -> list[dict[str, Any]]:
         return [{"node": node, "zone": zone, "owner": "chaos-a", "instanceId": "i-x"} for node, zone in pairs]
 
-    document = {"holders": entries(holders), "waiters": entries(waiters)}
+    waiting = [{**w, "inProgress": True} if in_progress else w for w in entries(waiters)]
+    document = {"holders": entries(holders), "waiters": waiting}
     obj = {"kind": "ConfigMap", "data": {BUDGET[2]: json.dumps(document)}}
     return HistoryEntry(0, at, "update", "configmaps", BUDGET[0], BUDGET[1], "api", False, obj)
 
@@ -499,9 +504,14 @@ def test_a_node_not_yet_touched_granted_the_slot_a_drain_in_progress_waited_for_
     # But granted beside it, leaving it its room (a slot of another zone, with room in all), nothing is wrong
     beside = _budget_doc(T0 + 4, [("g", "eu-west-1c")], [(NODE, "eu-west-1a")])
     assert "precedence" not in _judged(_observation([*waiting, beside]))
-    # nor when the waiter's node is not cordoned (not yet touched either: the order of the line decides)
-    untouched = [waiting[1], granted]
-    assert "precedence" not in _judged(_observation(untouched))
+    # nor when the waiter is not a drain in progress by its request (not yet touched either, its node cordoned or
+    # not: the order of the line decides)
+    untouched = [_budget_doc(T0 + 3, [("h0", "eu-west-1b")], [(NODE, "eu-west-1a")], in_progress=False)]
+    later = _budget_doc(
+        T0 + 4, [("h0", "eu-west-1b"), ("g", "eu-west-1c")], [(NODE, "eu-west-1a")], in_progress=False
+    )
+    assert "precedence" not in _judged(_observation([*untouched, later]))
+    assert "precedence" not in _judged(_observation([waiting[0], *untouched, later]))
 
 
 def test_a_pod_deleted_before_its_drains_timeout_counted_from_the_cordon_is_a_violation() -> None:
@@ -770,3 +780,100 @@ def test_a_waiter_near_its_global_deadline_by_less_than_the_clock_skew_is_not_ye
 
     # Then nothing is wrong: the writer's clock may have read the time as 1 s, before the waiter's urgentAt
     assert "precedence" not in judged
+
+
+def _claimed(
+    name: str, at: float, *, token: str | None, cordoned: bool = True, removed: bool = False
+) -> HistoryEntry:
+    """Node ``name`` at ``at``: claimed by the lifecycle of ``token`` (its in-progress annotation names it, as the
+    cordon's PATCH sets it) or by none (``token`` None), cordoned or not, or deleted."""
+    progress = {"instance": "i-g", "transition": "terminate", "token": token}
+    annotations = (
+        {}
+        if token is None
+        else {"nodecycle.io/owner": "chaos-b", "nodecycle.io/in-progress": json.dumps(progress)}
+    )
+    obj: dict[str, Any] = {
+        "kind": "Node",
+        "metadata": {"name": name, "annotations": annotations},
+        "spec": {"providerID": "aws:///eu-west-1c/i-g", "unschedulable": cordoned},
+    }
+    return HistoryEntry(0, at, "delete" if removed else "patch", "nodes", "", name, "api", removed, obj)
+
+
+def _judged_with_g(history: list[HistoryEntry], *, started: float = T0 + 1.5) -> set[str]:
+    """``history`` judged beside chaos-b's node ``g`` (instance i-g, group g2, zone eu-west-1c), whose terminate
+    action (token tok-g) began at ``started``, and chaos-a's i-1 (token tok)."""
+    action = replace(_terminate(T0 + 30, started), instance_id="i-g", group="g2", token="tok-g")
+    instance = InstanceHistory("i-g", "g2", "eu-west-1c", "g", T0, T0, started, T0 + 30, "scale-in")
+    return _judged(
+        _observation(
+            history,
+            actions=[_terminate(T0 + 30), action],
+            instances=[*_observation([]).instances, instance],
+            groups={"g": "chaos-a", "g2": "chaos-b"},
+            outcomes={"tok": "drained", "tok-g": "drained"},
+        )
+    )
+
+
+def test_a_drain_in_progress_whose_node_was_uncordoned_or_deleted_goes_first_and_is_no_violation() -> None:
+    # Given chaos-b's node g, cordoned by its drain (tok-g) at 2 s, that lost its slot; chaos-a's node waiting in
+    # line since, near its global deadline since 2 s (its urgentAt), and cordoned by its own drain, in progress too
+    # but in line after g; chaos-b's holder of eu-west-1b beside them (limits: 2 in all, 1 per zone)
+    holder = {**_entry("h0", "chaos-b", T0 + 3, "i-h0"), "zone": "eu-west-1b"}
+    g = {**_entry("g", "chaos-b", T0 + 3, "i-g"), "zone": "eu-west-1c", "inProgress": True}
+    urgent = _waiting(NODE, "eu-west-1a", "chaos-a", urgent=T0 + 2)
+    in_line = {**urgent, "inProgress": True}
+    claimed = _claimed("g", T0 + 2, token="tok-g")
+
+    # When g's node is uncordoned by someone else (kubectl uncordon: its annotations stay), or deleted (its object
+    # gone, and registered again or not), and its drain asks again in progress (domain/drain/cordon.py: asked again
+    # after its cordon, in_progress=True; evict.py's polls likewise) and is granted the slot at 4 s, from its place
+    # in line or as a newcomer (its holder's expiry removed by another write before)
+    for since in (
+        replace(claimed, time=T0 + 2.5, object={**claimed.object, "spec": {"unschedulable": False}}),
+        _claimed("g", T0 + 2.5, token="tok-g", removed=True),
+        _claimed("g", T0 + 2.7, token=None, cordoned=False),
+    ):
+        for waiter in (urgent, in_line):
+            history = [claimed, since]
+            queued = [_budget_of(T0 + 3, [holder], [g, waiter]), _budget_of(T0 + 4, [holder, g], [waiter])]
+            newcomer = [_budget_of(T0 + 3, [holder], [waiter]), _budget_of(T0 + 4, [holder, g], [waiter])]
+            # Then nothing is wrong: a drain in progress goes first of all (rules.py, the replay's first class), by
+            # what its request says, whatever its node shows now
+            assert "precedence" not in _judged_with_g([*history, *queued])
+            assert "precedence" not in _judged_with_g([*history, *newcomer])
+
+
+def test_a_grant_to_a_node_cordoned_but_not_by_its_drain_or_over_an_uncordoned_drain_in_progress_is_judged() -> (
+    None
+):
+    # Given chaos-a's drain in progress (its waiter's entry says so), in line at 3 s, chaos-b's holder of eu-west-1b
+    # beside it (limits: 2 in all, 1 per zone)
+    holder = {**_entry("h0", "chaos-b", T0 + 3, "i-h0"), "zone": "eu-west-1b"}
+    waiter = {**_entry(NODE, "chaos-a", T0 + 3), "zone": "eu-west-1a", "inProgress": True}
+    newcomer = {**_entry("g", "chaos-b", T0 + 4, "i-g"), "zone": "eu-west-1c"}
+    grant = [_budget_of(T0 + 3, [holder], [waiter]), _budget_of(T0 + 4, [holder, newcomer], [waiter])]
+    cordon = _node(T0 + 2, owner="chaos-a", cordoned=True)
+
+    # When chaos-b's node g, cordoned by an operator (no lifecycle's claim) or left cordoned by a lifecycle over
+    # (its annotation names tok-old, no action open), asks as a node not yet touched and is granted that slot
+    # Then invariant 9 is broken: its node's cordon is no drain in progress, and its request said so
+    assert "precedence" in _judged_with_g([cordon, _claimed("g", T0 + 2, token=None), *grant])
+    assert "precedence" in _judged_with_g([cordon, _claimed("g", T0 + 2, token="tok-old"), *grant])
+    # And when chaos-a's node was uncordoned under its drain (its request still in progress), a grant to a node not
+    # yet touched that takes its room is one too
+    uncordoned = _node(T0 + 2.5, owner="chaos-a", cordoned=False)
+    assert "precedence" in _judged_with_g([cordon, uncordoned, *grant])
+    # But a waiter whose node an operator cordoned, not in progress by its request, has no precedence: the order of
+    # the line decides
+    untouched = {**waiter, "inProgress": False}
+    operator = _node(T0 + 2, cordoned=True)
+    assert "precedence" not in _judged_with_g(
+        [
+            operator,
+            _budget_of(T0 + 3, [holder], [untouched]),
+            _budget_of(T0 + 4, [holder, newcomer], [untouched]),
+        ]
+    )

@@ -7,7 +7,7 @@ an action was completed with pods still on its node.
 from __future__ import annotations
 
 import json
-from collections.abc import Iterator
+from collections.abc import Iterable, Iterator
 from dataclasses import dataclass
 from datetime import datetime
 from typing import Any
@@ -18,6 +18,7 @@ from nodecycle_sandbox.chaos.world import (
     BUDGET_RETRY,
     DRAIN_TIMEOUT,
     FORCE_GRACE,
+    IN_PROGRESS_ANNOTATION,
     INSTANCE_TAG,
     LIMITS,
     OWNER_ANNOTATION,
@@ -1059,28 +1060,38 @@ def _deliveries_held_up(o: Observation) -> dict[str, list[tuple[float, float]]]:
 def _precedence(o: Observation) -> Iterator[Violation]:
     """Design invariant 9, on what the world recorded (its second clause, a waiter near its global deadline goes
     first, in :func:`_urgent_passed`). (1) A drain in progress keeps precedence: a write of the
-    budget document that grants a slot to a node not yet touched (not cordoned then) must not take the room of a
-    waiter whose node is cordoned (its drain under way, its slot lost) and whose terminate action is open: one
-    that fitted beside the holders without the newcomer and no longer does with it. A newcomer whose action's
+    budget document that grants a slot to a node not yet touched (no drain in progress: see :func:`_granted_in_progress`)
+    must not take the room of a waiter whose drain is in progress (its entry's ``inProgress``: the product's
+    request, cordon.py and evict.py, whatever its node shows now: uncordoned by someone else, deleted, registered
+    again) and whose terminate action is open: one that fitted beside the holders without the newcomer and no
+    longer does with it. A newcomer whose action's
     global timeout is near enough to be forced past the budget is excused (it goes either way). (2) Time spent
     waiting for a slot never counts against the drain's timeout: no pod of the node is deleted (the force policy)
-    before the drain's own timeout after it began (``_forced_from``: early never late)."""
+    before the drain's own timeout after it began (``_forced_from``: early never late).
+
+    One budget ConfigMap is read (``BUDGET``): every stack of the campaign is deployed with the template's
+    BudgetNamespace, so they share it, and no scenario splits the budget. Stacks of different BudgetNamespaces
+    would each keep their own line, and this judge would see one of them only."""
     instance_of = {node: instance for instance, node in o.nodes_of.items()}
     open_at: dict[str, list[tuple[float, float, float]]] = {}  # node -> (start, end, global deadline)
+    tokens: dict[str, list[tuple[float, float, str]]] = {}  # node -> (start, end, lifecycle token)
     for action in o.actions:
         node = o.nodes_of.get(action.instance_id)
         if action.transition == TERMINATING and node is not None:
             end = action.finished_at if action.finished_at is not None else float("inf")
             open_at.setdefault(node, []).append((action.started_at, end, action.global_deadline))
+            tokens.setdefault(node, []).append((action.started_at, end, action.token))
     skew = max((abs(f.value or 0.0) for f in o.scenario.faults if f.kind == "clock-skew"), default=0.0)
     forced_may_begin = DRAIN_TIMEOUT + DRAIN_TAIL_LONGEST + skew  # the product's full drain, rounded up
-    cordoned: dict[str, bool] = {}
+    # node -> the lifecycles (tokens) its in-progress annotation named so far
+    claimed: dict[str, set[str]] = {}
     before: dict[str, Any] = {}
     seen = float("-inf")  # when ``before`` was written
     told: set[tuple[str, str]] = set()
     for entry in o.history:
         if entry.kind == "Node":
-            cordoned[entry.name] = entry.unschedulable and not entry.removed
+            if (token := _claim_token(entry)) is not None:
+                claimed.setdefault(entry.name, set()).add(token)
             continue
         if (doc := _budget_written(entry)) is None:
             continue
@@ -1089,8 +1100,10 @@ def _precedence(o: Observation) -> Iterator[Violation]:
         waited = {str(w.get("node")) for w in before.get("waiters", [])}
         now = entry.time
         for granted in sorted(set(holders) - was):
-            if cordoned.get(granted, False):
-                continue  # a drain in progress itself
+            if _granted_in_progress(
+                granted, before, claimed.get(granted, set()), tokens.get(granted, ()), now
+            ):
+                continue  # a drain in progress itself: it goes first of all
             if any(
                 start <= now < end and now >= deadline - forced_may_begin
                 for start, end, deadline in open_at.get(granted, ())
@@ -1098,7 +1111,7 @@ def _precedence(o: Observation) -> Iterator[Violation]:
                 continue  # near its global timeout: forced past the budget, as it may be
             for waiter in doc.get("waiters", []):
                 node = str(waiter.get("node"))
-                if node not in waited or node in holders or not cordoned.get(node, False):
+                if node not in waited or node in holders or not _asked_in_progress(before, node):
                     continue
                 if not any(start <= now < end for start, end, _ in open_at.get(node, ())):
                     continue  # a waiter's entry left behind by an action over: no drain to precede
@@ -1110,7 +1123,7 @@ def _precedence(o: Observation) -> Iterator[Violation]:
                     yield Violation(
                         "precedence",
                         f"{granted}, not yet touched, granted a slot at {now - o.acting_at:.1f}s that {node} "
-                        f"({instance_of.get(node)}), cordoned and waiting, fitted in",
+                        f"({instance_of.get(node)}), a drain in progress waiting, fitted in",
                     )
             yield from _urgent_passed(o, granted, before, doc, entry.time, seen, open_at, skew, told)
         before, seen = doc, entry.time
@@ -1135,6 +1148,46 @@ def _precedence(o: Observation) -> Iterator[Violation]:
             )
 
 
+def _granted_in_progress(
+    granted: str,
+    before: dict[str, Any],
+    claims: set[str],
+    actions: Iterable[tuple[float, float, str]],
+    now: float,
+) -> bool:
+    """Whether ``granted``, granted a slot at ``now`` over ``before``, asked as a drain in progress (the replay's
+    first class, rules.py): what its request said, not what its node shows. From its place in line, its waiter's
+    entry says it (``inProgress``); as a newcomer (its holder's expiry removed by another write, then asked again),
+    its drain began when its node's in-progress annotation named the lifecycle of a terminate action of it open now
+    (domain/drain/cordon.py sets it in the cordon's PATCH; the drain asks in progress from then on, cordon.py and
+    evict.py). Its node may have been uncordoned since by someone else (``kubectl uncordon`` keeps annotations),
+    deleted, or registered again under its name: still a drain in progress. A node cordoned by an operator, or left
+    cordoned by a lifecycle over, asks as one not yet touched, and is judged so."""
+    waiter = next((w for w in before.get("waiters") or [] if str(w.get("node")) == granted), None)
+    if waiter is not None:
+        return bool(waiter.get("inProgress"))
+    return any(start <= now < end and token in claims for start, end, token in actions)
+
+
+def _asked_in_progress(doc: dict[str, Any], node: str) -> bool:
+    """Whether ``node``'s waiter in ``doc`` asked as a drain in progress (its entry's ``inProgress``, left out when
+    false: document.py's to_json)."""
+    return any(str(w.get("node")) == node and bool(w.get("inProgress")) for w in doc.get("waiters") or [])
+
+
+def _claim_token(entry: HistoryEntry) -> str | None:
+    """The lifecycle token that node ``entry``'s in-progress annotation names (None: none, or unreadable)."""
+    if entry.removed:
+        return None
+    stamp = ((entry.object.get("metadata") or {}).get("annotations") or {}).get(IN_PROGRESS_ANNOTATION)
+    try:
+        progress = json.loads(stamp) if isinstance(stamp, str) else None
+    except ValueError:
+        return None
+    token = progress.get("token") if isinstance(progress, dict) else None
+    return token if isinstance(token, str) else None
+
+
 def _urgent_passed(
     o: Observation,
     granted: str,
@@ -1147,7 +1200,7 @@ def _urgent_passed(
     told: set[tuple[str, str]],
 ) -> Iterator[Violation]:
     """Design invariant 9's second clause on one write of the budget (``doc``, at ``now``, over ``before``, written
-    at ``seen``) that grants ``granted`` a slot, its node not cordoned (a drain in progress goes first of all): a
+    at ``seen``) that grants ``granted`` a slot, not as a drain in progress (which goes first of all): a
     waiter near its global deadline goes first, whichever stack it belongs to. A waiter whose ``urgentAt`` had passed
     in every writer's view (by ``seen``, the document's read, less the scenario's clock skew: the writer compares it
     with its own clock), that fitted beside the holders without ``granted`` and no longer does with it, is passed
