@@ -877,3 +877,35 @@ def test_a_grant_to_a_node_cordoned_but_not_by_its_drain_or_over_an_uncordoned_d
             _budget_of(T0 + 4, [holder, newcomer], [untouched]),
         ]
     )
+
+
+def test_a_drain_in_progress_granted_before_an_older_one_that_fitted_is_a_violation() -> None:
+    # Given two drains in progress in line (both entries inProgress): chaos-a's node paused since 1 s, chaos-b's node
+    # g since 3 s, beside chaos-b's holder of eu-west-1b (limits: 2 in all, 1 per zone)
+    holder = {**_entry("h0", "chaos-b", T0 + 3, "i-h0"), "zone": "eu-west-1b"}
+
+    def judged(older: float, younger: float) -> set[str]:
+        stamp = datetime.fromtimestamp(older, UTC).isoformat().replace("+00:00", "Z")
+        first = {
+            **_entry(NODE, "chaos-a", T0 + 3),
+            "zone": "eu-west-1a",
+            "inProgress": True,
+            "waitingSince": stamp,
+        }
+        stamp = datetime.fromtimestamp(younger, UTC).isoformat().replace("+00:00", "Z")
+        g = {
+            **_entry("g", "chaos-b", T0 + 3, "i-g"),
+            "zone": "eu-west-1c",
+            "inProgress": True,
+            "waitingSince": stamp,
+        }
+        before = _budget_of(T0 + 3.5, [holder], [first, g])
+        return _judged_with_g(
+            [_claimed("g", T0 + 2, token="tok-g"), before, _budget_of(T0 + 4, [holder, g], [first])]
+        )
+
+    # When g, in line after it, is granted at 4 s the slot chaos-a's node fitted in
+    # Then invariant 9 is broken: among drains in progress the oldest goes first (rules.py's replay, class 1)
+    assert "precedence" in judged(T0 + 1, T0 + 3)
+    # But not when g waits since as long or longer, which goes first
+    assert "precedence" not in judged(T0 + 3, T0 + 1)

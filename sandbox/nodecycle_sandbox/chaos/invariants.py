@@ -1103,7 +1103,9 @@ def _precedence(o: Observation) -> Iterator[Violation]:
             if _granted_in_progress(
                 granted, before, claimed.get(granted, set()), tokens.get(granted, ()), now
             ):
-                continue  # a drain in progress itself: it goes first of all
+                # a drain in progress itself: it goes first of all, but after the drains in progress older in line
+                yield from _older_passed(o, granted, before, doc, now, open_at, skew, told)
+                continue
             if any(
                 start <= now < end and now >= deadline - forced_may_begin
                 for start, end, deadline in open_at.get(granted, ())
@@ -1167,6 +1169,64 @@ def _granted_in_progress(
     if waiter is not None:
         return bool(waiter.get("inProgress"))
     return any(start <= now < end and token in claims for start, end, token in actions)
+
+
+def _older_passed(
+    o: Observation,
+    granted: str,
+    before: dict[str, Any],
+    doc: dict[str, Any],
+    now: float,
+    open_at: dict[str, list[tuple[float, float, float]]],
+    skew: float,
+    told: set[tuple[str, str]],
+) -> Iterator[Violation]:
+    """Design invariant 9 among drains in progress, on one write of the budget (``doc``, at ``now``, over ``before``)
+    that grants ``granted``, a drain in progress from its place in line, a slot: the oldest in line goes first
+    (rules.py's replay, its first class, by ``waitingSince``). A waiter in progress, older by more than two clocks'
+    skew (each reader sees the stamps moved onto its own clock: BudgetDocument.on_clocks), that fitted beside the
+    holders without ``granted`` and no longer does with it, was passed over. A newcomer's place is not judged: it
+    joins as of its ask, or as of its wait before the ConfigMap was created again (rules.py's _queued, _joined)."""
+    mine = _waiting_since(before, granted)
+    if mine is None:
+        return
+    holders = {str(h.get("node")): h.get("zone") for h in doc.get("holders", [])}
+    rest = {n: z for n, z in holders.items() if n != granted}
+    waiting = {str(w.get("node")) for w in doc.get("waiters", [])}
+    for waiter in before.get("waiters") or []:
+        node = str(waiter.get("node"))
+        since = _waiting_since(before, node)
+        if node not in waiting or node in holders or not waiter.get("inProgress") or since is None:
+            continue
+        if since >= mine - 2 * skew - CLOCK_SLACK:
+            continue  # (not older for certain in every reader's view)
+        if not any(start <= now < end for start, end, _ in open_at.get(node, ())):
+            continue  # a waiter's entry left behind by an action over
+        if (
+            _fits(waiter.get("zone"), rest)
+            and not _fits(waiter.get("zone"), holders)
+            and (granted, node) not in told
+        ):
+            told.add((granted, node))
+            yield Violation(
+                "precedence",
+                f"{granted}, a drain in progress in line since {mine - o.acting_at:.1f}s, granted a slot at "
+                f"{now - o.acting_at:.1f}s that {node} ({waiter.get('owner')}), in progress and in line since "
+                f"{since - o.acting_at:.1f}s, fitted in",
+            )
+
+
+def _waiting_since(doc: dict[str, Any], node: str) -> float | None:
+    """Since when ``node``'s waiter in ``doc`` waits in line (its ``waitingSince``, epoch seconds); None: not told."""
+    stamp = next(
+        (w.get("waitingSince") for w in doc.get("waiters") or [] if str(w.get("node")) == node), None
+    )
+    if not isinstance(stamp, str):
+        return None
+    try:
+        return datetime.fromisoformat(stamp).timestamp()
+    except ValueError:
+        return None
 
 
 def _asked_in_progress(doc: dict[str, Any], node: str) -> bool:
