@@ -26,7 +26,7 @@ from moto.ec2.models import ec2_backends
 
 from nodecycle.adapters.aws import clients
 from nodecycle.adapters.aws.address_lines import DynamoAddressLines
-from nodecycle.adapters.aws.addresses import Ec2Addresses
+from nodecycle.adapters.aws.addresses import Ec2Addresses, InstanceGrants
 from nodecycle.domain.eip.line import line_key
 from nodecycle.domain.model import Step
 from nodecycle.domain.policy import ActionResult
@@ -114,3 +114,32 @@ def test_a_pool_launch_whose_instance_tags_come_late_takes_the_free_address_and_
     holders = {a["AllocationId"]: a.get("InstanceId") for a in addresses(**{f"tag:{POOL_TAG}": POOL})}
     assert holders == {free: instance}
     assert calls["AllocateAddress"] == 0
+
+
+def test_an_instance_tagged_for_this_owner_by_its_launch_template_before_its_group_name_is_the_instances_refusal(
+    stack: Stack,
+) -> None:
+    # Given a stack managing group "nodes" by name alone, the adapter told so; an address of this owner's pool; and an
+    # instance whose launch template tags it nodecycle:owner for this stack (its tags come with RunInstances) while
+    # Auto Scaling's group name has not reached it yet: InstancesOfGroupsByName grants an instance by its group name
+    # alone (its owner tag only keeps another owner's out), and no statement grants it by its owner tag in this stack
+    address = allocate(**{OWNER_TAG: OWNER, POOL_TAG: POOL})
+    ec2: Any = boto3.client("ec2")
+    launched = ec2.run_instances(
+        ImageId=IMAGE,
+        MinCount=1,
+        MaxCount=1,
+        InstanceType="t4g.small",
+        TagSpecifications=[{"ResourceType": "instance", "Tags": [{"Key": OWNER_TAG, "Value": OWNER}]}],
+    )
+    instance = str(launched["Instances"][0]["InstanceId"])
+    adapter = Ec2Addresses(as_role("pool"), grants=InstanceGrants(names=frozenset({GROUP})))
+
+    # When the role associates them, Then the refusal is the instance's, naming the group name it lacks (told as the
+    # address's, a pool launch went on past each address of its pool and grew it past them for good)
+    with pytest.raises(InstanceRefused, match=GROUP_NAME_TAG):
+        adapter.associate(address, instance)
+
+    # And once its group name arrives, the same address is associated with it
+    tags_arrive(instance)
+    assert adapter.associate(address, instance)

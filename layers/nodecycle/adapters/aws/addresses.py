@@ -346,7 +346,8 @@ def _instance_refusal(
 
     Held out: tagged ``nodecycle:owner`` for another owner than the address's (this stack's: the steps take only
     addresses of their owner); or carrying neither tag the grants name (``aws:autoscaling:groupName``, by the
-    group's name; ``nodecycle:owner``, by the group's tag). Auto Scaling writes an instance's tags as a step of its
+    group's name; ``nodecycle:owner``, by the group's tag), or, in a stack managing groups by name alone, no group
+    name (tagged for this stack by its launch template, whose tags come with RunInstances). Auto Scaling writes an instance's tags as a step of its
     launch, and they may show on it moments after the instance itself: a launch refused then is refused whatever
     the address, and asked again (REFUSED_DELAY on) once they are there. Or, groups managed by tag, of a group not
     managed by name and not tagged for this stack: its group's owner tag does not propagate to its instances
@@ -372,12 +373,20 @@ def _instance_refusal(
             f"is granted the instances of groups managed by tag by (set the group's {OWNER_TAG} tag to propagate "
             "at launch, PropagateAtLaunch true: instances launched from then on carry it; tag the running ones)"
         )
-    if theirs is None or ours is None or theirs == ours:
-        return None
-    return InstanceRefused(
-        f"{refused}: it is tagged {OWNER_TAG}={theirs}, not {ours}'s, and this stack may associate no address with it "
-        f"(retag it {OWNER_TAG}={ours} if it is this stack's)"
-    )
+    if theirs is not None and ours is not None and theirs != ours:
+        return InstanceRefused(
+            f"{refused}: it is tagged {OWNER_TAG}={theirs}, not {ours}'s, and this stack may associate no address "
+            f"with it (retag it {OWNER_TAG}={ours} if it is this stack's)"
+        )
+    if group is None and grants is not None and not grants.by_tag:
+        # (its owner tag from its launch template, with RunInstances, its group name not there yet: granted by the
+        # group name alone in a stack managing by name, the owner tag only keeping another owner's instances out)
+        return InstanceRefused(
+            f"{refused}: it carries no {GROUP_NAME_TAG} yet, the tag the role is granted the instances of groups "
+            "managed by name by (Auto Scaling writes it at the launch; an instance that never gets it is not of an "
+            "Auto Scaling group)"
+        )
+    return None
 
 
 @contextmanager
