@@ -52,6 +52,10 @@ KUBELET_RENEW_INTERVAL = timedelta(seconds=10)
 # whose start cannot judge the kubelet's stamps (see _timed_by_intake).
 LEASE_SEEN = "lease_seen"
 NO_LEASE = "none"
+# record.extra key: a launch out of a warm pool whose gate's first read found the Lease renewed since the launch began
+# already, its kubelet's status not posted since: whether that kubelet was asleep as the launch began is not known
+# (see _back_from_its_pool)
+RENEWED_AT_FIRST_READ = "renewed_at_first_read"
 # record.extra key: the node's boot id (status.nodeInfo.bootID) at the gate's first read (NO_BOOT for none), kept for a
 # launch whose node outlived its instance's reboot (see _posted_since_the_reboot)
 BOOT_SEEN = "boot_seen"
@@ -443,14 +447,25 @@ def _back_from_its_pool(
     or its network plugin starts). So, as for a node older than its launch told without Origin, that renewal counts
     once the kubelet posted its status since (_posted_since_the_reboot), or has renewed on for SAME_BOOT_AFTER on the
     boot of the first read (a Hibernated pool's, resumed with nothing to post). A Running pool's kubelet renews every
-    interval: its first read's renewal is recent, and its next renewal opens the gate as before."""
+    interval: its first read's renewal is recent, and its next renewal opens the gate as before.
+
+    A first read that finds the Lease renewed since the launch began already (the gate's first look held past the
+    instance's boot: an address step asked again 15 s on, a throttled function) cannot tell a Running pool's kubelet
+    from a booted one that has not posted its status yet: the Lease keeps only its last renewal. Taken for the
+    former, the launch completed on the node's Ready from before the stop. So that renewal too counts only once the
+    status is posted, or after SAME_BOOT_AFTER on the first read's boot (RENEWED_AT_FIRST_READ): a Running pool's
+    launch so looked at waits that long, never completed on another boot's Ready."""
     start = max(record.started_at, now) if _timed_by_intake(record) else record.started_at
-    asleep = _asleep_as_it_began(record)
+    first_read = record.extra.get(LEASE_SEEN) is None
+    asleep = _asleep_as_it_began(record) or bool(record.extra.get(RENEWED_AT_FIRST_READ))
     posted = _posted_since_the_reboot(node, record, extra)  # (its boot id noted at the first read)
     if not _renewed_since_first_read(
         renewed, record, extra, first_read_counts_from=start, allowance=timedelta(0)
     ):
         return False
+    if first_read and not posted:
+        extra[RENEWED_AT_FIRST_READ] = True
+        asleep = True
     if not asleep or posted or _running_on_the_same_boot(node, renewed, record, now, extra):
         return True
     log.info(

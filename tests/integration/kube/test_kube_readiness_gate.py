@@ -6,7 +6,7 @@ under an older RBAC that does not let it be read."""
 from __future__ import annotations
 
 from collections.abc import Iterator
-from datetime import datetime, timedelta
+from datetime import UTC, datetime, timedelta
 
 import pytest
 from kubernetes.client import RbacAuthorizationV1Api
@@ -205,3 +205,32 @@ def test_a_role_that_may_not_read_nodes_keeps_the_gate_looking_until_its_timeout
     assert (first.again, first.changes["gate_deadline"]) == (True, T0 + timedelta(seconds=300))
     assert (last.then, last.changes["outcome"]) == (Step.COMPLETE, "readiness-refused")
     assert "forbidden" in last.changes["last_error"]
+
+
+def test_a_first_look_after_the_booted_kubelets_renewal_waits_for_its_status_too(
+    server: KubeServer, gate: ReadinessGate
+) -> None:
+    # Given an instance stopped into its warm pool and taken out of it at once (its launch action starts), within the
+    # node monitor's grace; its booted kubelet renews its Lease at once and posts its status STATUS_LAG seconds later
+    server.set_boot_status_lag(STATUS_LAG, node=NODE)
+    server.instance_stopped(NODE)
+    last, before = renewed(server), boot_id(server)
+    # (the launch begins past the clock allowance of the old kubelet's last status post, its stop's time at least)
+    returned = last + CLOCK_SKEW + timedelta(seconds=0.5)
+    record = launching(origin="WarmPool", started_at=returned)
+
+    # When the gate's first look comes after the booted kubelet's renewal (its launch held before the gate: an
+    # address step asked again 15 s on, a throttled function), the node still Ready on the boot from before the stop
+    wait_for(lambda: datetime.now(UTC) > returned, 10, "the launch's start")
+    server.instance_started(NODE)
+    wait_for(lambda: renewed(server) > returned, 10, "the booted kubelet's renewal")
+    first = gate(record, renewed(server) + timedelta(seconds=1))
+
+    # Then the gate waits for the kubelet's status, and opens once it is posted
+    assert says_ready(server)
+    assert boot_id(server) == before, "the kubelet posted its status before the look: the lag is too short"
+    assert first.again, "the launch completed on the Ready of the node's boot from before the stop"
+    wait_for(lambda: boot_id(server) != before, 10, "the booted kubelet's status")
+    record = record.model_copy(update=dict(first.changes))
+    opened = gate(record, renewed(server) + timedelta(seconds=2))
+    assert (opened.again, opened.changes["outcome"]) == (False, "node-ready")
