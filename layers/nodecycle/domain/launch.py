@@ -52,10 +52,11 @@ KUBELET_RENEW_INTERVAL = timedelta(seconds=10)
 # whose start cannot judge the kubelet's stamps (see _timed_by_intake).
 LEASE_SEEN = "lease_seen"
 NO_LEASE = "none"
-# record.extra key: a launch out of a warm pool whose gate's first read found the Lease renewed since the launch began
-# already, its kubelet's status not posted since: whether that kubelet was asleep as the launch began is not known
-# (see _back_from_its_pool)
-RENEWED_AT_FIRST_READ = "renewed_at_first_read"
+# record.extra key: a launch out of a warm pool whose gate's first read found its kubelet not running (no renewal for a
+# renewal interval and CLOCK_SKEW before that read and the launch's start), or found the Lease renewed since the launch
+# began already, its kubelet's status not posted since (asleep as the launch began, or not: it cannot tell). See
+# _back_from_its_pool
+ASLEEP_AT_FIRST_READ = "asleep_at_first_read"
 # record.extra key: the node's boot id (status.nodeInfo.bootID) at the gate's first read (NO_BOOT for none), kept for a
 # launch whose node outlived its instance's reboot (see _posted_since_the_reboot)
 BOOT_SEEN = "boot_seen"
@@ -453,19 +454,32 @@ def _back_from_its_pool(
     instance's boot: an address step asked again 15 s on, a throttled function) cannot tell a Running pool's kubelet
     from a booted one that has not posted its status yet: the Lease keeps only its last renewal. Taken for the
     former, the launch completed on the node's Ready from before the stop. So that renewal too counts only once the
-    status is posted, or after SAME_BOOT_AFTER on the first read's boot (RENEWED_AT_FIRST_READ): a Running pool's
-    launch so looked at waits that long, never completed on another boot's Ready."""
+    status is posted, or after SAME_BOOT_AFTER on the first read's boot (ASLEEP_AT_FIRST_READ): a Running pool's
+    launch so looked at waits that long, never completed on another boot's Ready.
+
+    The kubelet's last renewal is judged against the later of the launch's start and the first read's time (the drain
+    function's clock): a launch the intake timed from its own clock, a minute behind, began a minute early by it, and
+    a Lease last renewed before the stop, 20 s before the launch, was taken for a live kubelet's, renewed within an
+    interval of that start: the booted kubelet's first renewal opened the gate on the Ready of the boot before the
+    stop (see _timed_by_intake). A live kubelet renews within an interval of any read."""
     start = max(record.started_at, now) if _timed_by_intake(record) else record.started_at
     first_read = record.extra.get(LEASE_SEEN) is None
-    asleep = _asleep_as_it_began(record) or bool(record.extra.get(RENEWED_AT_FIRST_READ))
-    posted = _posted_since_the_reboot(node, record, extra)  # (its boot id noted at the first read)
-    if not _renewed_since_first_read(
+    # (its boot id noted at the first read; a launch the intake timed began early by its clock, by as much as that
+    # runs behind: a heartbeat since does not tell the booted kubelet's post from the one before the stop)
+    posted = _posted_since_the_reboot(node, record, extra, by_heartbeat=not _timed_by_intake(record))
+    renewed_since = _renewed_since_first_read(
         renewed, record, extra, first_read_counts_from=start, allowance=timedelta(0)
+    )
+    if first_read and (
+        renewed is None
+        or renewed < max(record.started_at, now) - KUBELET_RENEW_INTERVAL - CLOCK_SKEW
+        or (renewed_since and not posted)
     ):
+        extra[ASLEEP_AT_FIRST_READ] = True
+    # (a record whose first read an earlier version made carries no mark: judged by the launch's start alone)
+    asleep = bool(extra.get(ASLEEP_AT_FIRST_READ)) or _asleep_as_it_began(record)
+    if not renewed_since:
         return False
-    if first_read and not posted:
-        extra[RENEWED_AT_FIRST_READ] = True
-        asleep = True
     if not asleep or posted or _running_on_the_same_boot(node, renewed, record, now, extra):
         return True
     log.info(
@@ -534,7 +548,9 @@ def _renewed_since_first_read(
     return renewed is not None and stamp != seen
 
 
-def _posted_since_the_reboot(node: NodeInfo, record: LifecycleRecord, extra: dict[str, object]) -> bool:
+def _posted_since_the_reboot(
+    node: NodeInfo, record: LifecycleRecord, extra: dict[str, object], *, by_heartbeat: bool = True
+) -> bool:
     """Whether the Ready of a node that outlived its instance's reboot (a root volume replacement, a warm pool's
     instance started again: see _older_than_its_launch) is the rebooted kubelet's own: its status posted since. A
     kubelet that starts runs its node Lease controller beside its status loop (kubelet.go, Kubelet.Run), so it may
@@ -554,14 +570,15 @@ def _posted_since_the_reboot(node: NodeInfo, record: LifecycleRecord, extra: dic
     replaced). The old kubelet's last heartbeat is older than its instance's reboot, which takes the replacement's
     or the stop's whole time before the launch action begins (minutes on AWS), far more than CLOCK_SKEW. A kubelet
     back even before that is seen at its next status report (5 minutes at most). A node that tells neither (no
-    bootID, no heartbeat) leaves the Lease alone to tell, as before."""
+    bootID, no heartbeat) leaves the Lease alone to tell, as before. Not ``by_heartbeat``: the boot id alone tells
+    (a start the caller cannot date the heartbeat against)."""
     seen = record.extra.get(BOOT_SEEN)
     if seen is None:
         extra[BOOT_SEEN] = node.boot_id or NO_BOOT
     elif node.boot_id and node.boot_id != seen:
         return True
     if node.ready_heartbeat_at is not None:
-        return node.ready_heartbeat_at >= record.started_at - CLOCK_SKEW
+        return by_heartbeat and node.ready_heartbeat_at >= record.started_at - CLOCK_SKEW
     return node.boot_id is None
 
 

@@ -234,3 +234,36 @@ def test_a_first_look_after_the_booted_kubelets_renewal_waits_for_its_status_too
     record = record.model_copy(update=dict(first.changes))
     opened = gate(record, renewed(server) + timedelta(seconds=2))
     assert (opened.again, opened.changes["outcome"]) == (False, "node-ready")
+
+
+def test_a_launch_the_intake_timed_a_minute_early_waits_for_the_booted_kubelets_status(
+    server: KubeServer, gate: ReadinessGate
+) -> None:
+    # Given an instance stopped into its warm pool and taken out of it 20 s after its kubelet's last renewal, within
+    # the node monitor's grace; its launch taken in by an intake whose clock runs a minute behind (it timed the launch
+    # from its own clock: started_at == received_at, a minute early); its booted kubelet posts its status STATUS_LAG
+    # seconds after its first renewal
+    server.set_boot_status_lag(STATUS_LAG, node=NODE)
+    server.instance_stopped(NODE)
+    last, before = renewed(server), boot_id(server)
+    returned = last + timedelta(seconds=20)
+    early = returned - timedelta(seconds=60)
+    record = launching(origin="WarmPool", started_at=early, received_at=early)
+    waiting = gate(record, returned)
+    assert waiting.again
+
+    # When the instance boots and its kubelet renews the Lease, the node still Ready on the boot from before the stop
+    server.instance_started(NODE)
+    wait_for(lambda: renewed(server) > last, 10, "the booted kubelet's renewal")
+    record = record.model_copy(update=dict(waiting.changes))
+    looked = gate(record, returned + timedelta(seconds=5))
+
+    # Then the gate waits for the kubelet's status (the kubelet asleep as the gate first read its Lease, by the drain
+    # function's clock), and opens once it is posted
+    assert says_ready(server)
+    assert boot_id(server) == before, "the kubelet posted its status before the look: the lag is too short"
+    assert looked.again, "the launch completed on the Ready of the node's boot from before the stop"
+    wait_for(lambda: boot_id(server) != before, 10, "the booted kubelet's status")
+    record = record.model_copy(update=dict(looked.changes))
+    opened = gate(record, returned + timedelta(seconds=10))
+    assert (opened.again, opened.changes["outcome"]) == (False, "node-ready")
