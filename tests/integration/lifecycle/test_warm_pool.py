@@ -309,6 +309,13 @@ def test_a_scale_in_back_into_the_pool_drains_the_node_first_and_a_scale_out_bri
         # renewal within seconds of the launch), the instance's kubelet back only once it has booted, while its node
         # object may still be Ready from before the stop (the node monitor grace period)
         sandbox.aws.plan_nodes(join_after=BOOT_SECONDS)
+        stopped_since = last_renewal(sandbox, node)
+        # (in a later second than that renewal: the launch's event tells its time to the second, as EventBridge's
+        # does, so a renewal earlier in the launch's own second is one no gate can tell from a renewal since; a real
+        # stop and a stay in the pool take many seconds)
+        wait_for(
+            lambda: time.time() >= math.floor(stopped_since) + 1, 5, "a second later than the last renewal"
+        )
         sandbox.asg.set_desired(3)
 
         # Then the same instance comes back from the pool through the launch hook, whose action is completed
