@@ -48,6 +48,10 @@ SCAN_EVERY = 6
 # controller's renewIntervalFraction, 0.25, of nodeLeaseDurationSeconds). A Lease renewed last longer ago than this
 # (and CLOCK_SKEW) as a launch out of a warm pool began is a kubelet's that was asleep then (see _back_from_its_pool)
 KUBELET_RENEW_INTERVAL = timedelta(seconds=10)
+# Within this of its launch's start, no Stopped or Hibernated pool's instance has been started by EC2 (pending for
+# tens of seconds), booted or resumed, and had its kubelet renew its Lease: a renewal since the start found at a first
+# read this soon is a live kubelet's, a Running pool's (see _back_from_its_pool)
+BACK_NO_SOONER = KUBELET_RENEW_INTERVAL
 # record.extra key: the Lease's renewTime at the gate's first read of it (NO_LEASE for none), kept for a launch
 # whose start cannot judge the kubelet's stamps (see _timed_by_intake).
 LEASE_SEEN = "lease_seen"
@@ -455,7 +459,10 @@ def _back_from_its_pool(
     from a booted one that has not posted its status yet: the Lease keeps only its last renewal. Taken for the
     former, the launch completed on the node's Ready from before the stop. So that renewal too counts only once the
     status is posted, or after SAME_BOOT_AFTER on the first read's boot (ASLEEP_AT_FIRST_READ): a Running pool's
-    launch so looked at waits that long, never completed on another boot's Ready.
+    launch so looked at waits that long, never completed on another boot's Ready. Not a first read within
+    BACK_NO_SOONER of the launch's start (the gate's first look as the event, the intake and the address step bring
+    it: most launches): no instance out of a Stopped or Hibernated pool renews its Lease that soon, and a Running
+    pool's launch, whose kubelet renewed within that interval (one in two at a look 5 s in), waited 40 s for nothing.
 
     The kubelet's last renewal is judged against the later of the launch's start and the first read's time (the drain
     function's clock): a launch the intake timed from its own clock, a minute behind, began a minute early by it, and
@@ -473,7 +480,7 @@ def _back_from_its_pool(
     if first_read and (
         renewed is None
         or renewed < max(record.started_at, now) - KUBELET_RENEW_INTERVAL - CLOCK_SKEW
-        or (renewed_since and not posted)
+        or (renewed_since and not posted and now - record.started_at > BACK_NO_SOONER)
     ):
         extra[ASLEEP_AT_FIRST_READ] = True
     # (a record whose first read an earlier version made carries no mark: judged by the launch's start alone)

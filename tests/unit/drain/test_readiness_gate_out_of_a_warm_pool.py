@@ -54,3 +54,27 @@ def test_a_kubelet_whose_clock_runs_behind_opens_the_gate_at_its_next_renewal() 
 
     # Then it opens by its first look after the next renewal (stamped T0 + 8 s) at the latest: a renewal's wait at most
     assert opened <= 10
+
+
+@pytest.mark.parametrize("looked_after", [2, 5, 9])
+def test_a_running_pools_renewal_since_the_launch_found_at_a_first_look_soon_after_it_opens_the_gate(
+    looked_after: int,
+) -> None:
+    # Given a launch out of a Running warm pool begun ``looked_after`` s before the gate's first look (the time the
+    # event, the intake and the address step take), its kubelet renewing every 10 s and its last renewal a second
+    # into the launch: since the start, the node's status unchanged since it went into the pool (a kubelet posts an
+    # unchanged status every 5 minutes)
+    cluster = KubeletCluster(
+        nodes={NODE: BEFORE_THE_POOL}, first=T0 - timedelta(seconds=600 + looked_after - 1)
+    )
+    assert cluster.lease_renewed_at(NODE) == T0 - timedelta(seconds=looked_after - 1)
+    gate = gate_on(cluster, Dns(), readiness(readiness_timeout_seconds="120", drain_poll_seconds="5"))
+    record = launching(origin="WarmPool", started_at=T0 - timedelta(seconds=looked_after))
+
+    # When the gate polls every 5 s
+    opened = poll_gate(gate, cluster, until=120, joins={}, record=record)
+
+    # Then it opens at its first look: no Stopped or Hibernated pool's instance starts, boots and renews its Lease
+    # within a renewal interval of its launch's start, so that renewal is a live kubelet's (before: taken for a
+    # booted one that had not posted its status yet, the launch waited 40 s on the same boot)
+    assert opened == 0
