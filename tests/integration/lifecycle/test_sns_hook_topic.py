@@ -17,7 +17,7 @@ from nodecycle_sandbox.aws.control import SANDBOX_ACCOUNT
 from nodecycle_sandbox.aws.records import LAUNCHING, TERMINATING, ActionRecord
 from nodecycle_sandbox.checks import unsettled
 from nodecycle_sandbox.runner.journal import Invocation
-from tests.integration.lifecycle.harness import running, wait_finished, wait_for, wait_terminated
+from tests.integration.lifecycle.harness import running, wait_finished, wait_terminated
 
 pytestmark = pytest.mark.slow
 
@@ -114,7 +114,9 @@ def test_a_launch_and_a_termination_notified_through_an_sns_topic_are_drained_an
 
         # When the group launches an instance, then terminates the old one
         sandbox.asg.set_desired(2)
-        (new,) = wait_for(lambda: set(sandbox.asg.in_state("InService")) - {old} or None, 90, "the launch")
+        # (the old instance stays in service: two in service once the launch is; counted on the emulation's
+        # records until then, not on a DescribeAutoScalingGroups every 50 ms)
+        (new,) = set(sandbox.asg.wait_in_service(2, timeout=90)) - {old}
         sandbox.asg.terminate(old, decrement=True)
         ended = wait_terminated(sandbox, old, 90)
 
