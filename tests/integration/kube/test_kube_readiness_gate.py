@@ -15,7 +15,7 @@ from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.adapters.kube.eks_access import EksCluster
 from nodecycle.adapters.kube.events import KubeEvents
 from nodecycle.domain.launch import BACK_NO_SOONER, CLOCK_SKEW, ReadinessGate
-from nodecycle.domain.model import Step
+from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle_sandbox.aws.group import wait_for
 from nodecycle_sandbox.kube import KubeServer
@@ -136,6 +136,21 @@ def boot_id(server: KubeServer) -> str:
     return str(((node.get("status") or {}).get("nodeInfo") or {}).get("bootID", ""))
 
 
+def waits_for_the_booted_kubelets_status(
+    server: KubeServer, gate: ReadinessGate, record: LifecycleRecord, before: str, looked_at: datetime
+) -> None:
+    """The gate's look at ``looked_at`` waits, its node still Ready on the boot ``before`` the stop and the booted
+    kubelet's status still to come; once posted, the gate's next look (2 s later) opens."""
+    looked = gate(record, looked_at)
+    assert says_ready(server)
+    assert boot_id(server) == before, "the kubelet posted its status before the look: the lag is too short"
+    assert looked.again, "the launch completed on the Ready of the node's boot from before the stop"
+    wait_for(lambda: boot_id(server) != before, 10, "the booted kubelet's status")
+    record = record.model_copy(update=dict(looked.changes))
+    opened = gate(record, max(renewed(server), looked_at) + timedelta(seconds=2))
+    assert (opened.again, opened.changes["outcome"]) == (False, "node-ready")
+
+
 def test_an_instance_back_from_a_short_stop_in_its_warm_pool_waits_for_its_booted_kubelet_to_post_its_status(
     server: KubeServer, gate: ReadinessGate
 ) -> None:
@@ -155,16 +170,9 @@ def test_an_instance_back_from_a_short_stop_in_its_warm_pool_waits_for_its_boote
     server.instance_started(NODE)
     wait_for(lambda: renewed(server) > last, 10, "the booted kubelet's renewal")
     record = record.model_copy(update=dict(waiting.changes))
-    early = gate(record, returned + timedelta(seconds=5))
 
     # Then the gate waits for the kubelet's status, and opens once it is posted
-    assert says_ready(server)
-    assert boot_id(server) == before, "the kubelet posted its status before the look: the lag is too short"
-    assert early.again, "the launch completed on the Ready of the node's boot from before the stop"
-    wait_for(lambda: boot_id(server) != before, 10, "the booted kubelet's status")
-    record = record.model_copy(update=dict(early.changes))
-    opened = gate(record, returned + timedelta(seconds=10))
-    assert (opened.again, opened.changes["outcome"]) == (False, "node-ready")
+    waits_for_the_booted_kubelets_status(server, gate, record, before, returned + timedelta(seconds=5))
 
 
 def test_without_the_lease_rule_a_ready_node_opens_the_gate_and_a_warning_on_the_node_says_why(
@@ -226,16 +234,9 @@ def test_a_first_look_after_the_booted_kubelets_renewal_waits_for_its_status_too
     wait_for(lambda: renewed(server) > returned, 10, "the booted kubelet's renewal")
     # (and past BACK_NO_SOONER of the start, which no Stopped pool's instance is back within: the sandbox's is at once)
     looked = max(renewed(server) + timedelta(seconds=1), returned + BACK_NO_SOONER + timedelta(seconds=1))
-    first = gate(record, looked)
 
     # Then the gate waits for the kubelet's status, and opens once it is posted
-    assert says_ready(server)
-    assert boot_id(server) == before, "the kubelet posted its status before the look: the lag is too short"
-    assert first.again, "the launch completed on the Ready of the node's boot from before the stop"
-    wait_for(lambda: boot_id(server) != before, 10, "the booted kubelet's status")
-    record = record.model_copy(update=dict(first.changes))
-    opened = gate(record, max(renewed(server), looked) + timedelta(seconds=2))
-    assert (opened.again, opened.changes["outcome"]) == (False, "node-ready")
+    waits_for_the_booted_kubelets_status(server, gate, record, before, looked)
 
 
 def test_a_launch_the_intake_timed_a_minute_early_waits_for_the_booted_kubelets_status(
@@ -258,14 +259,7 @@ def test_a_launch_the_intake_timed_a_minute_early_waits_for_the_booted_kubelets_
     server.instance_started(NODE)
     wait_for(lambda: renewed(server) > last, 10, "the booted kubelet's renewal")
     record = record.model_copy(update=dict(waiting.changes))
-    looked = gate(record, returned + timedelta(seconds=5))
 
     # Then the gate waits for the kubelet's status (the kubelet asleep as the gate first read its Lease, by the drain
     # function's clock), and opens once it is posted
-    assert says_ready(server)
-    assert boot_id(server) == before, "the kubelet posted its status before the look: the lag is too short"
-    assert looked.again, "the launch completed on the Ready of the node's boot from before the stop"
-    wait_for(lambda: boot_id(server) != before, 10, "the booted kubelet's status")
-    record = record.model_copy(update=dict(looked.changes))
-    opened = gate(record, returned + timedelta(seconds=10))
-    assert (opened.again, opened.changes["outcome"]) == (False, "node-ready")
+    waits_for_the_booted_kubelets_status(server, gate, record, before, returned + timedelta(seconds=5))
