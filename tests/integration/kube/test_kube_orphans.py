@@ -9,11 +9,12 @@ import time
 from datetime import UTC, datetime, timedelta
 
 import pytest
+from kubernetes.client import CoreV1Api
 
 from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.ports.cluster import PodInfo
-from nodecycle_sandbox.kube import KubeServer
+from nodecycle_sandbox.kube import SHUTDOWN_ANNOTATION, KubeServer
 from nodecycle_sandbox.kube.admission import Denial
 from tests.integration.kube.test_kube_drain_ending_namespace import delete_namespace
 from tests.integration.kube.test_kube_drain_steps import (
@@ -51,6 +52,15 @@ def _evicting(cluster: KubeCluster) -> tuple[LifecycleRecord, datetime]:
         extra={"polls": 1},
     )
     return record, start
+
+
+def _slow_to_stop(server: KubeServer, pod: PodInfo) -> None:
+    """``pod``'s app stops only at its deletion's grace's end (it ignores SIGTERM, or drains long work): the sandbox's
+    kubelet otherwise removes a deleted pod at its next look, and the pod a test deletes with a long grace was gone
+    before the test's next read on a loaded machine."""
+    CoreV1Api(server.api_client()).patch_namespaced_pod(
+        pod.name, pod.namespace, {"metadata": {"annotations": {SHUTDOWN_ANNOTATION: "86400"}}}
+    )
 
 
 def _podgc_removes_them(server: KubeServer, cluster: KubeCluster) -> None:
@@ -169,6 +179,7 @@ def test_a_deleted_nodes_pod_someone_deletes_with_a_longer_grace_is_asked_again_
     # someone else (a rollout, an operator) with a grace of an hour, far past the pod's own and the drain's cap
     record, start = _evicting(cluster)
     slow = web_pods(cluster)[0]
+    _slow_to_stop(server, slow)
     cluster.delete_pod(slow, 3600)
     server.remove_node(NODE)
 
@@ -200,6 +211,7 @@ def test_a_deleted_nodes_pod_whose_shortening_a_webhook_refuses_is_waited_out_fo
     # webhook that refuses that pod's evictions (a policy engine's "this pod is not evicted")
     record, start = _evicting(cluster)
     slow = web_pods(cluster)[0]
+    _slow_to_stop(server, slow)
     cluster.delete_pod(slow, 900)
     own = next(p for p in cluster.pods_on(NODE) if p.uid == slow.uid).deletion_at
     assert own is not None
@@ -235,6 +247,7 @@ def test_a_deleted_nodes_pod_whose_shortening_a_later_poll_gets_taken_is_waited_
     # at the first poll: noted at its own deletion's deadline
     record, start = _evicting(cluster)
     slow = web_pods(cluster)[0]
+    _slow_to_stop(server, slow)
     cluster.delete_pod(slow, 900)
     server.admission.deny(
         Denial(WEBHOOK, "CREATE", "pods/eviction", "shop", slow.name, 403, "Forbidden", "pinned")
@@ -272,6 +285,7 @@ def test_a_deleted_nodes_pod_of_an_ending_namespace_podgc_removes_before_its_sho
     # being deleted (no eviction taken there: the drain shortens that pod's deletion by a delete of its own)
     record, start = _evicting(cluster)
     slow = web_pods(cluster)[0]
+    _slow_to_stop(server, slow)
     cluster.delete_pod(slow, 900)
     own = next(p for p in cluster.pods_on(NODE) if p.uid == slow.uid).deletion_at
     assert own is not None
