@@ -9,7 +9,7 @@ at its cold start (``python -m benchmarks --only cold``).
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from contextvars import ContextVar
 from dataclasses import dataclass
 from datetime import datetime, timedelta
@@ -161,6 +161,19 @@ class Dispatcher:
         if hand_over is None or not hand_over.take(waiting):
             self.send_wake(waiting)
         self._metrics.count("WaitersWoken")  # (after the send: one SQS refused woke nobody)
+
+    def wake_each(self, record_ids: Iterable[str]) -> None:
+        """Wake each of the waiters a release passed slots on to, then raise the first wake-up that failed (the
+        release's retry wakes it again: see rules.passed_on). Stopping at the first refusal left every slot passed
+        on after it idle until that retry."""
+        failed: Exception | None = None
+        for record_id in record_ids:
+            try:
+                self.wake(record_id)
+            except Exception as error:  # (raised below, once every waiter was tried)
+                failed = failed or error
+        if failed is not None:
+            raise failed
 
     def wake_cleanup(self, record_id: str) -> None:
         """Send a lifecycle watching its node after its cleanup its next look at once: what its watch waits for

@@ -10,6 +10,7 @@ import pytest
 
 from nodecycle.domain.budget import BudgetLimits, DisruptionBudget, SlotRequest
 from nodecycle.domain.dispatch import Dispatcher
+from nodecycle.domain.drain.cleanup import Cleanup
 from nodecycle.domain.drain.forget import ForgetNode
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker
@@ -17,12 +18,15 @@ from nodecycle.domain.model import Step, Transition
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.policy import Quantity
 from nodecycle.domain.ports.lifecycle import WorkMessage
-from tests.support.fakes import FakeMetrics
+from tests.support.fakes import T0, FakeAutoscaling, FakeClock, FakeMetrics, InMemoryRecords, RecordingQueues
 from tests.unit.budget.fakes import FakeInventory, MemoryBudgetStore, RecordingMetrics
 from tests.unit.drain.test_drain_steps import (
     INSTANCE,
     NODE,
+    Ec2Maintenance,
     FakeCluster,
+    FakeEvents,
+    FakeSlots,
     NoDns,
     node,
     policy,
@@ -114,3 +118,45 @@ def test_a_forget_retried_after_a_refused_wake_up_wakes_the_waiter_it_passed_the
     world.clock.advance(1)
     assert step(record, world.clock.now()).changes["outcome"] == "instance-gone-without-hook"
     assert _wakes(world) == [WAITING]
+
+
+def test_a_release_that_passes_two_slots_wakes_the_second_waiter_though_sqs_refused_the_first_ones_wake_up() -> (
+    None
+):
+    # Given a drained node's cleanup whose release passes two slots on at once (its own, and an expired holder's it
+    # removed in the same write) to two waiting lifecycles, and SQS refusing the first one's wake-up (throttled)
+    cluster = FakeCluster(nodes={NODE: node(owner="stack-a", in_progress="{}")})
+    records, queues = InMemoryRecords(), RecordingQueues()
+    first, second = (
+        terminating(Step.ACQUIRE_SLOT, id=f"i-0{n:016x}/terminate/t{n}", seq=3, slot_waiting_since=T0)
+        for n in (1, 2)
+    )
+    records.create(first)
+    records.create(second)
+    slots = FakeSlots(holders={NODE})
+    slots.release = lambda node, record_id, token=None, *, gone=None: [first.id, second.id]  # type: ignore[method-assign]
+    original = queues.send
+
+    def send(worker: Worker, message: WorkMessage, delay_seconds: int = 0) -> None:
+        if message.wake and message.record_id == first.id:
+            raise TransientError("sending work to the wake queue: throttled")
+        original(worker, message, delay_seconds)
+
+    queues.send = send  # type: ignore[method-assign]
+    step = Cleanup(
+        cluster=cluster,
+        slots=slots,
+        dispatcher=Dispatcher(records=records, queues=queues, clock=FakeClock(T0), metrics=FakeMetrics()),
+        autoscaling=FakeAutoscaling(),
+        metrics=FakeMetrics(),
+        events=FakeEvents(),
+        instances=Ec2Maintenance(),
+    )
+
+    # When the cleanup runs: it fails, to be retried (its repeated release wakes the first waiter again)
+    with pytest.raises(TransientError):
+        step(terminating(Step.CLEANUP, node=NODE), T0)
+
+    # Then the second waiter was sent its wake-up at once (before: the loop stopped at the first refusal, and its slot
+    # idled until the cleanup's retry)
+    assert [s.message.record_id for s in queues.sent if s.message.wake] == [second.id]

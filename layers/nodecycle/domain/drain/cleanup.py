@@ -309,8 +309,7 @@ class Cleanup:
             log.warning("the slot of node %s cannot be given back yet: %s", record.node, error)
             delay = max(DRAIN_RETRY_CAP_SECONDS, retry_after_wait(error.retry_after))
             return Outcome.wait(delay, extra=watched.extra)
-        for waiter in waiters:
-            self._dispatcher.wake(waiter)
+        self._dispatcher.wake_each(waiters)
         # (told even when the node is gone already: its events are read by its name and uid)
         self._settled(record, node.uid if node is not None else record.node_uid)
         if into_pool:

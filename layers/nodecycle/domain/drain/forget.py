@@ -147,8 +147,7 @@ class ForgetNode:
                 extra.get(FORGET_BUDGET_FAILING, now.isoformat()),
             )
             return Outcome.next(outcome="budget-unavailable", **found)
-        for waiter in woken:
-            self._dispatcher.wake(waiter)
+        self._dispatcher.wake_each(woken)
         log.info("instance %s went without a hook: its slot and annotations are freed", record.instance_id)
         return Outcome.next(outcome="instance-gone-without-hook", **found)
 
