@@ -63,6 +63,22 @@ def _slow_to_stop(server: KubeServer, pod: PodInfo) -> None:
     )
 
 
+def _deleted_by_someone_else(server: KubeServer, cluster: KubeCluster, grace: int) -> PodInfo:
+    """NODE's first web pod, deleted now with ``grace`` (a rollout, an operator) and slow to stop (see _slow_to_stop):
+    as listed after that delete, its deletion's deadline set."""
+    slow = web_pods(cluster)[0]
+    _slow_to_stop(server, slow)
+    cluster.delete_pod(slow, grace)
+    return next(p for p in cluster.pods_on(NODE) if p.uid == slow.uid)
+
+
+def _evictions_pinned(server: KubeServer, pod: PodInfo) -> None:
+    """An admission webhook refuses ``pod``'s evictions (a policy engine's "this pod is not evicted")."""
+    server.admission.deny(
+        Denial(WEBHOOK, "CREATE", "pods/eviction", "shop", pod.name, 403, "Forbidden", "pinned")
+    )
+
+
 def _podgc_removes_them(server: KubeServer, cluster: KubeCluster) -> None:
     """End podgc's quarantine, and wait (5 s at most) until it has force-deleted NODE's workload pods from the API."""
     server.pod_gc_quarantine_seconds = 0
@@ -178,9 +194,7 @@ def test_a_deleted_nodes_pod_someone_deletes_with_a_longer_grace_is_asked_again_
     # Given a drain whose node object was deleted while its instance runs, and one of its pods being deleted by
     # someone else (a rollout, an operator) with a grace of an hour, far past the pod's own and the drain's cap
     record, start = _evicting(cluster)
-    slow = web_pods(cluster)[0]
-    _slow_to_stop(server, slow)
-    cluster.delete_pod(slow, 3600)
+    slow = _deleted_by_someone_else(server, cluster, 3600)
     server.remove_node(NODE)
 
     # When the drain polls
@@ -210,14 +224,10 @@ def test_a_deleted_nodes_pod_whose_shortening_a_webhook_refuses_is_waited_out_fo
     # else with a grace of 15 minutes, past the drain's cap (2 min) and within its deadline (10 min), and an admission
     # webhook that refuses that pod's evictions (a policy engine's "this pod is not evicted")
     record, start = _evicting(cluster)
-    slow = web_pods(cluster)[0]
-    _slow_to_stop(server, slow)
-    cluster.delete_pod(slow, 900)
-    own = next(p for p in cluster.pods_on(NODE) if p.uid == slow.uid).deletion_at
+    slow = _deleted_by_someone_else(server, cluster, 900)
+    own = slow.deletion_at
     assert own is not None
-    server.admission.deny(
-        Denial(WEBHOOK, "CREATE", "pods/eviction", "shop", slow.name, 403, "Forbidden", "pinned")
-    )
+    _evictions_pinned(server, slow)
     server.remove_node(NODE)
 
     # When the drain polls: its eviction of that pod, which would have shortened its deletion, is refused
@@ -246,12 +256,8 @@ def test_a_deleted_nodes_pod_whose_shortening_a_later_poll_gets_taken_is_waited_
     # else with a grace of 15 minutes, past the drain's cap and its deadline (10 min), whose eviction a webhook refused
     # at the first poll: noted at its own deletion's deadline
     record, start = _evicting(cluster)
-    slow = web_pods(cluster)[0]
-    _slow_to_stop(server, slow)
-    cluster.delete_pod(slow, 900)
-    server.admission.deny(
-        Denial(WEBHOOK, "CREATE", "pods/eviction", "shop", slow.name, 403, "Forbidden", "pinned")
-    )
+    slow = _deleted_by_someone_else(server, cluster, 900)
+    _evictions_pinned(server, slow)
     server.remove_node(NODE)
     step = evict(cluster)
     outcome = step(record, start)
@@ -284,10 +290,8 @@ def test_a_deleted_nodes_pod_of_an_ending_namespace_podgc_removes_before_its_sho
     # else with a grace of 15 minutes, past the drain's cap (2 min) and within its deadline (10 min), and its namespace
     # being deleted (no eviction taken there: the drain shortens that pod's deletion by a delete of its own)
     record, start = _evicting(cluster)
-    slow = web_pods(cluster)[0]
-    _slow_to_stop(server, slow)
-    cluster.delete_pod(slow, 900)
-    own = next(p for p in cluster.pods_on(NODE) if p.uid == slow.uid).deletion_at
+    slow = _deleted_by_someone_else(server, cluster, 900)
+    own = slow.deletion_at
     assert own is not None
     delete_namespace(server, slow.namespace)
     server.remove_node(NODE)
