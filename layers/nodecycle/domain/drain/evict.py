@@ -191,9 +191,8 @@ class _PodCalls:
                 self.failures.append((pod, error))
                 if error.retry_after is not None:
                     self.retry_after = max(self.retry_after or 0.0, error.retry_after)
-                if isinstance(
-                    error, Contended
-                ):  # (its budget's answer, not the server's trouble: not counted)
+                # (its budget's answer, not the server's trouble: not counted)
+                if isinstance(error, Contended):
                     if pod.controller_uid is not None:
                         contended.add(pod.controller_uid)
                     continue
