@@ -347,13 +347,13 @@ def _instance_refusal(
     Held out: tagged ``nodecycle:owner`` for another owner than the address's (this stack's: the steps take only
     addresses of their owner); or carrying neither tag the grants name (``aws:autoscaling:groupName``, by the
     group's name; ``nodecycle:owner``, by the group's tag), or, in a stack managing groups by name alone, no group
-    name (tagged for this stack by its launch template, whose tags come with RunInstances). Auto Scaling writes an instance's tags as a step of its
-    launch, and they may show on it moments after the instance itself: a launch refused then is refused whatever
-    the address, and asked again (REFUSED_DELAY on) once they are there. Or, groups managed by tag, of a group not
-    managed by name and not tagged for this stack: its group's owner tag does not propagate to its instances
-    (PropagateAtLaunch), and never will for this one. Told as an address's refusal, a pool launch told its pool's
-    line each address refused and, its pool growing when empty, grew it past them for good: by one address a launch,
-    each launch abandoned and replaced, until the account's quota.
+    name (tagged for this stack by its launch template, whose tags come with RunInstances). Auto Scaling writes an
+    instance's tags as a step of its launch, and they may show on it moments after the instance itself: a launch
+    refused then is refused whatever the address, and asked again (REFUSED_DELAY on) once they are there. Or, groups
+    managed by tag, of a group not managed by name and not tagged for this stack: its group's owner tag does not
+    propagate to its instances (PropagateAtLaunch), and never will for this one. Told as an address's refusal, a pool
+    launch told its pool's line each address refused and, its pool growing when empty, grew it past them for good: by
+    one address a launch, each launch abandoned and replaced, until the account's quota.
 
     (An instance of a retiring group, granted by its name, is judged so too in a stack managing by tag: an address
     refused for its own sake to such a launch is taken for the instance's, and no other address tried for it.)"""
