@@ -262,9 +262,7 @@ class AcquireSlot:
             return self._unread(record, error, now)
         # (read: a failure after this one counts afresh; the budget's, once the budget answers)
         # (and the wait for another owner, kept by that wait's branch alone)
-        extra = {
-            key: value for key, value in extra.items() if key not in (*_ASK_FAILURES, OWNER_WAITING_SINCE)
-        }
+        extra = {key: value for key, value in extra.items() if key not in _WAITS_OUTSIDE}
         if node is None:
             log.warning("no node for instance %s: nothing to drain", record.instance_id)
             self._metrics.count("NodesNotFound")
