@@ -1117,11 +1117,7 @@ def _precedence(o: Observation) -> Iterator[Violation]:
                     continue
                 if not any(start <= now < end for start, end, _ in open_at.get(node, ())):
                     continue  # a waiter's entry left behind by an action over: no drain to precede
-                rest = {n: z for n, z in holders.items() if n != granted}
-                if _fits(waiter.get("zone"), rest) and not _fits(waiter.get("zone"), holders):
-                    if (granted, node) in told:
-                        continue
-                    told.add((granted, node))
+                if _room_taken(waiter, node, granted, holders, told):
                     yield Violation(
                         "precedence",
                         f"{granted}, not yet touched, granted a slot at {now - o.acting_at:.1f}s that {node} "
@@ -1191,7 +1187,6 @@ def _older_passed(
     if mine is None:
         return
     holders = {str(h.get("node")): h.get("zone") for h in doc.get("holders", [])}
-    rest = {n: z for n, z in holders.items() if n != granted}
     waiting = {str(w.get("node")) for w in doc.get("waiters", [])}
     for waiter in before.get("waiters") or []:
         node = str(waiter.get("node"))
@@ -1202,12 +1197,7 @@ def _older_passed(
             continue  # (not older for certain in every reader's view)
         if not any(start <= now < end for start, end, _ in open_at.get(node, ())):
             continue  # a waiter's entry left behind by an action over
-        if (
-            _fits(waiter.get("zone"), rest)
-            and not _fits(waiter.get("zone"), holders)
-            and (granted, node) not in told
-        ):
-            told.add((granted, node))
+        if _room_taken(waiter, node, granted, holders, told):
             yield Violation(
                 "precedence",
                 f"{granted}, a drain in progress in line since {mine - o.acting_at:.1f}s, granted a slot at "
@@ -1272,7 +1262,6 @@ def _urgent_passed(
     queued = any(str(w.get("node")) == granted for w in before.get("waiters") or [])
     deadlines = [d for start, end, d in open_at.get(granted, ()) if start <= now < end]
     holders = {str(h.get("node")): h.get("zone") for h in doc.get("holders", [])}
-    rest = {n: z for n, z in holders.items() if n != granted}
     waiting = {str(w.get("node")) for w in doc.get("waiters", [])}
     for waiter in before.get("waiters") or []:
         node = str(waiter.get("node"))
@@ -1292,10 +1281,7 @@ def _urgent_passed(
             and (not deadlines or any(d <= min(open_for) + 2 * skew + CLOCK_SLACK for d in deadlines))
         ):
             continue  # a newcomer whose own deadline is as near as far as the clocks tell, or not told
-        if _fits(waiter.get("zone"), rest) and not _fits(waiter.get("zone"), holders):
-            if (granted, node) in told:
-                continue
-            told.add((granted, node))
+        if _room_taken(waiter, node, granted, holders, told):
             yield Violation(
                 "precedence",
                 f"{granted} granted a slot at {now - o.acting_at:.1f}s that {node} "
@@ -1314,6 +1300,18 @@ def _urgent_at(waiters: list[dict[str, Any]], node: str) -> float | None:
         return datetime.fromisoformat(stamp).timestamp()
     except ValueError:
         return None
+
+
+def _room_taken(
+    waiter: dict[str, Any], node: str, granted: str, holders: dict[str, Any], told: set[tuple[str, str]]
+) -> bool:
+    """Whether the grant to ``granted`` took the room ``waiter`` (of ``node``) fitted in: it fits beside the holders
+    but the granted one, not beside them all. Once per grant and waiter (``told`` keeps those said)."""
+    rest = {n: z for n, z in holders.items() if n != granted}
+    if (granted, node) in told or not _fits(waiter.get("zone"), rest) or _fits(waiter.get("zone"), holders):
+        return False
+    told.add((granted, node))
+    return True
 
 
 def _fits(zone: str | None, holders: dict[str, Any]) -> bool:
