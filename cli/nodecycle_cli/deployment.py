@@ -169,12 +169,17 @@ def stack_named_by(args: argparse.Namespace) -> Iterator[None]:
         ) from None
 
 
+def stack_outputs(stack: Mapping[str, Any]) -> dict[str, str]:
+    """A stack's outputs (DescribeStacks' ``Outputs``) by key."""
+    return {o["OutputKey"]: o.get("OutputValue", "") for o in stack.get("Outputs") or []}
+
+
 def from_description(stack: Mapping[str, Any], region: str) -> Deployment:
     return Deployment(
         name=stack["StackName"],
         region=region,
         status=stack.get("StackStatus", ""),
-        outputs={o["OutputKey"]: o.get("OutputValue", "") for o in stack.get("Outputs") or []},
+        outputs=stack_outputs(stack),
         parameters={
             p["ParameterKey"]: p.get("ResolvedValue", p.get("ParameterValue", ""))
             for p in stack.get("Parameters") or []

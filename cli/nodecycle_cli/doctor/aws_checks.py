@@ -17,6 +17,7 @@ from nodecycle.domain.catalog import OWNER_TAG
 from nodecycle.domain.engine import MAX_REFUSED_ATTEMPTS
 from nodecycle.domain.sweep.lifecycles import MAX_RESUMES  # resumed this often in a row, a lifecycle is stuck
 from nodecycle_cli.claims import claims
+from nodecycle_cli.deployment import stack_outputs
 from nodecycle_cli.doctor.findings import Finding
 from nodecycle_cli.output import age
 
@@ -861,8 +862,8 @@ def shared_owner(cloudformation: Any, deployment: Any) -> Finding:
         for page in cloudformation.get_paginator("describe_stacks").paginate()
         for stack in page["Stacks"]
         if stack["StackName"] != deployment.name
-        and _outputs(stack).get("OwnerId") == owner
-        and "LifecycleTableName" in _outputs(stack)
+        and stack_outputs(stack).get("OwnerId") == owner
+        and "LifecycleTableName" in stack_outputs(stack)
     )
     if not others:
         return Finding.ok(check, f"no other nodecycle stack in {deployment.region} has owner id {owner}")
@@ -906,7 +907,7 @@ def shared_groups(cloudformation: Any, deployment: Any) -> Finding:
         for stack in page["Stacks"]
         if stack["StackName"] != deployment.name
         and not stack.get("StackStatus", "").startswith("DELETE_")
-        and "LifecycleTableName" in _outputs(stack)
+        and "LifecycleTableName" in stack_outputs(stack)
         and mine & _groups_named(stack)
     )
     if not shared:
@@ -945,7 +946,7 @@ def split_budget(cloudformation: Any, deployment: Any) -> Finding:
         for stack in page["Stacks"]
         if stack["StackName"] != deployment.name
         and not stack.get("StackStatus", "").startswith("DELETE_")
-        and "LifecycleTableName" in _outputs(stack)
+        and "LifecycleTableName" in stack_outputs(stack)
         and _parameters(stack).get("ClusterName") == cluster
         and (theirs := _parameters(stack).get("BudgetNamespace") or _BUDGET_NAMESPACE) != namespace
     )
@@ -976,7 +977,3 @@ def _parameters(stack: Mapping[str, Any]) -> dict[str, str]:
 def _groups_named(stack: Mapping[str, Any]) -> set[str]:
     """The groups a stack names in its ManagedGroups parameter, as DescribeStacks gives it."""
     return {g.strip() for g in _parameters(stack).get("ManagedGroups", "").split(",") if g.strip()}
-
-
-def _outputs(stack: Mapping[str, Any]) -> dict[str, str]:
-    return {o["OutputKey"]: o.get("OutputValue", "") for o in stack.get("Outputs") or []}

@@ -19,6 +19,7 @@ from collections.abc import Iterator, Mapping
 from typing import Any
 
 from nodecycle.domain.ports.cluster import IN_PROGRESS_ANNOTATION, OWNER_ANNOTATION
+from nodecycle_cli.deployment import stack_outputs
 from nodecycle_cli.doctor.findings import Finding
 
 CHECK = "cluster.node-claims"
@@ -76,7 +77,7 @@ def stack_owners(cloudformation: Any) -> set[str]:
     owners: set[str] = set()
     for page in cloudformation.get_paginator("describe_stacks").paginate():
         for stack in page["Stacks"]:
-            outputs = {o["OutputKey"]: o.get("OutputValue", "") for o in stack.get("Outputs") or []}
+            outputs = stack_outputs(stack)
             parameters = {
                 p["ParameterKey"]: p.get("ParameterValue", "") for p in stack.get("Parameters") or []
             }
