@@ -26,7 +26,6 @@ from tests.unit.drain.test_drain_steps import (
     Ec2Maintenance,
     FakeCluster,
     FakeEvents,
-    FakeSlots,
     NoDns,
     node,
     policy,
@@ -124,17 +123,40 @@ def test_a_release_that_passes_two_slots_wakes_the_second_waiter_though_sqs_refu
     None
 ):
     # Given a drained node's cleanup whose release passes two slots on at once (its own, and an expired holder's it
-    # removed in the same write) to two waiting lifecycles, and SQS refusing the first one's wake-up (throttled)
+    # removes in the same write) to two waiting lifecycles, and SQS refusing the first one's wake-up (throttled);
+    # on the real budget: a budget of 2 slots, one taken 300 s before the cleanup's by a drain that never renewed it
     cluster = FakeCluster(nodes={NODE: node(owner="stack-a", in_progress="{}")})
-    records, queues = InMemoryRecords(), RecordingQueues()
+    records, queues, clock = InMemoryRecords(), RecordingQueues(), FakeClock(T0)
+    cleaning = terminating(Step.CLEANUP, node=NODE)
+    budget = DisruptionBudget(
+        store=MemoryBudgetStore(),
+        nodes=FakeInventory(),
+        clock=clock,
+        metrics=RecordingMetrics(),
+        limits=BudgetLimits(Quantity.parse("2")),
+        holder_ttl=timedelta(seconds=600),
+        count_unavailable=False,
+        owner=cleaning.owner,
+    )
+    stale = SlotRequest(
+        "ip-10-0-9-9", "i-0stale", "eu-west-1b", cleaning.owner, "i-0stale/terminate/s", token="s"
+    )
+    assert budget.acquire(stale).granted
+    clock.advance(300)
+    mine = SlotRequest(NODE, INSTANCE, "eu-west-1a", cleaning.owner, cleaning.id, token=cleaning.token)
+    assert budget.acquire(mine).granted
     first, second = (
-        terminating(Step.ACQUIRE_SLOT, id=f"i-0{n:016x}/terminate/t{n}", seq=3, slot_waiting_since=T0)
+        terminating(
+            Step.ACQUIRE_SLOT, id=f"i-0{n:016x}/terminate/t{n}", seq=3, slot_waiting_since=clock.now()
+        )
         for n in (1, 2)
     )
-    records.create(first)
-    records.create(second)
-    slots = FakeSlots(holders={NODE})
-    slots.release = lambda node, record_id, token=None, *, gone=None: [first.id, second.id]  # type: ignore[method-assign]
+    for n, waiter in enumerate((first, second), start=1):
+        records.create(waiter)
+        clock.advance(1)
+        asking = SlotRequest(f"ip-10-0-7-{n}", waiter.instance_id, "eu-west-1c", cleaning.owner, waiter.id)
+        assert not budget.acquire(asking).granted
+    clock.advance(300)  # the stale holder expired; the cleanup's own slot has not
     original = queues.send
 
     def send(worker: Worker, message: WorkMessage, delay_seconds: int = 0) -> None:
@@ -145,8 +167,8 @@ def test_a_release_that_passes_two_slots_wakes_the_second_waiter_though_sqs_refu
     queues.send = send  # type: ignore[method-assign]
     step = Cleanup(
         cluster=cluster,
-        slots=slots,
-        dispatcher=Dispatcher(records=records, queues=queues, clock=FakeClock(T0), metrics=FakeMetrics()),
+        slots=budget,
+        dispatcher=Dispatcher(records=records, queues=queues, clock=clock, metrics=FakeMetrics()),
         autoscaling=FakeAutoscaling(),
         metrics=FakeMetrics(),
         events=FakeEvents(),
@@ -155,7 +177,8 @@ def test_a_release_that_passes_two_slots_wakes_the_second_waiter_though_sqs_refu
 
     # When the cleanup runs: it fails, to be retried (its repeated release wakes the first waiter again)
     with pytest.raises(TransientError):
-        step(terminating(Step.CLEANUP, node=NODE), T0)
+        step(cleaning, clock.now())
+    assert {holder.record_id for holder in budget.snapshot().holders} == {first.id, second.id}
 
     # Then the second waiter was sent its wake-up at once (before: the loop stopped at the first refusal, and its slot
     # idled until the cleanup's retry)
