@@ -307,6 +307,39 @@ def test_a_release_ec2_refuses_for_good_lets_the_lifecycle_go_on_and_leaves_the_
     assert metrics.counts["EipFailures"] == 1
 
 
+def test_a_refused_address_does_not_cut_short_the_waits_of_one_ec2_still_shows_in_use(
+    ec2: FakeAddresses, metrics: FakeMetrics
+) -> None:
+    # Given a terminating instance with two addresses: EC2 refuses to take back one at every run, and answers the
+    # release of the other in use for a while (its disassociation settling)
+    refused = ec2.add(allocated_for=INSTANCE, on=INSTANCE)
+    settling = ec2.add(allocated_for=INSTANCE)
+    ec2.settling = 0
+    ec2.faults["release"].extend([AddressInUse("InvalidIPAddress.InUse")] * 3)
+
+    def refuse(association_id: str) -> None:
+        ec2.faults["disassociate"].append(AddressRefused("UnauthorizedOperation"))
+
+    # When RELEASE_EIP runs, and runs again as long as it asks to
+    record = terminate_record(INSTANCE, outcome="drained")
+    runs = 0
+    for _ in range(RELEASE_ATTEMPTS):
+        runs += 1
+        ec2.before["disassociate"] = refuse
+        outcome = release(ec2, metrics, record)
+        if not outcome.again:
+            break
+        record = record.model_copy(update=dict(outcome.changes))
+
+    # Then the refused address did not stop the waits of the one in use: released at its fourth run, the refused
+    # one left, told once
+    assert runs == 4
+    assert settling not in ec2.eips
+    assert refused in ec2.eips
+    assert went_on(outcome)
+    assert metrics.counts["EipFailures"] == 1
+
+
 def test_a_release_after_the_completion_takes_the_address_of_the_settled_action_not_a_later_launchs(
     ec2: FakeAddresses, metrics: FakeMetrics
 ) -> None:

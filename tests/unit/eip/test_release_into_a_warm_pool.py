@@ -86,3 +86,26 @@ def test_into_a_warm_pool_a_refusal_past_the_attempts_is_left_to_the_sweeper(ec2
     assert not outcome.again
     assert outcome.changes["extra"][ADDRESSES_LEFT] is True
     assert metrics.counts["EipFailures"] == 1
+
+
+def test_into_a_warm_pool_a_refusal_is_asked_again_for_the_attempts_not_just_once(ec2: FakeAddresses) -> None:
+    # Given an address EC2 refuses to take back twice (a denial that lasted seconds) from an instance going into its
+    # warm pool: left there, it would stay with the stopped instance, out of the sweeper's reach (a terminate's is
+    # asked again only once: EC2 disassociates it at the termination)
+    address = ec2.add(allocated_for=INSTANCE, on=INSTANCE, allocated_at=T0 - timedelta(hours=1))
+    ec2.settling = 0
+    ec2.faults["disassociate"].extend([AddressRefused("UnauthorizedOperation")] * 2)
+    metrics = FakeMetrics()
+    record = terminate_record(INSTANCE, destination=WARM_POOL)
+
+    # When RELEASE_EIP runs, and runs again as long as it asks to
+    for _ in range(RELEASE_ATTEMPTS):
+        outcome = release(ec2, metrics, record)
+        if not outcome.again:
+            break
+        record = record.model_copy(update=dict(outcome.changes))
+
+    # Then the third run took it back: released, nothing left, nothing counted
+    assert address not in ec2.eips
+    assert ADDRESSES_LEFT not in outcome.changes.get("extra", {})
+    assert metrics.counts["EipFailures"] == 0

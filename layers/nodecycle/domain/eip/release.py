@@ -57,7 +57,7 @@ from nodecycle.domain.eip.locked import LockedReleases
 from nodecycle.domain.eip.wake import LineWaker, Offer, offers_of
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import TransientError
-from nodecycle.domain.model import ADDRESSES_LEFT, WARM_POOL, LifecycleRecord
+from nodecycle.domain.model import ADDRESSES_LEFT, WARM_POOL, LifecycleRecord, Transition
 from nodecycle.domain.ports.addresses import (
     OWNER_TAG,
     POOL_TAG,
@@ -89,6 +89,14 @@ LOOKS = 2
 # the claim is taken for one EC2's writes do not know yet; later, for one ended since
 HELD_FOR = timedelta(minutes=15)
 RELEASE_ATTEMPTS = 10  # then the sweeper releases what is left, once EC2 shows it unassociated (see holding)
+# ...but at a terminate, an address EC2 refuses to take back (a denial: a service control policy; the refusal
+# DisassociateAddress documents for the only public IPv4 address of an interface with a public hostname) is asked
+# again only once, RELEASE_DELAY later (a denial that was a blip): no wait changes a refusal, and the step runs before
+# the completion and the cleanup, the drained node holding its budget slot meanwhile (invariant 10; its ten attempts
+# kept the slot 195 s). Left on the instance, the address is disassociated by EC2 at the termination and released by
+# the sweeper. (An instance going into its warm pool, or stopped outside the hooks, keeps what is left on it, out of
+# the sweeper's reach: its refusals have the ten attempts.)
+REFUSED_ATTEMPTS = 2
 
 
 class ReleaseAddresses:
@@ -136,7 +144,8 @@ class ReleaseAddresses:
         # instance: its look may have been stale (EC2 shows a start late), and a release cannot be undone
         later = _later_launches_from(record, hookless)
         settling: list[Address] = []
-        refused = False
+        # The addresses EC2 refused to take back at this run (public IP: its refusal, as EC2 said it)
+        refused: dict[str, str] = {}
         # Whether the pool address the instance's launch left it holding (AddressLines.held) was given back
         held_returned = bool(scratch.get("held_returned"))
         try:
@@ -162,8 +171,12 @@ class ReleaseAddresses:
             in_use: list[Address] = []
             locked: list[Address] = []  # (AWS locked them: no wait releases them)
             if record.destination == WARM_POOL and not held_returned:
-                unknown, held_returned, refused = self._take_back_held(record, found, now, freed, offered)
+                unknown, held_returned, held_refusal = self._take_back_held(
+                    record, found, now, freed, offered
+                )
                 in_use.extend(unknown)
+                if held_refusal is not None:
+                    refused.update({address.public_ip: held_refusal for address in unknown})
             for address in found:
                 if address.associated and address.instance_id != instance:
                     log.info(
@@ -220,11 +233,11 @@ class ReleaseAddresses:
                         )
                     locked.append(address)
                 except AddressRefused as error:
-                    # asked again with the ones in use (a denial may be IAM still propagating), then left
-                    # to the sweeper; the instance's other addresses are taken back meanwhile
+                    # asked again once (REFUSED_ATTEMPTS), then left to the termination and the sweeper; the
+                    # instance's other addresses are taken back meanwhile
                     log.warning("EC2 refused to take back address %s: %s", address.public_ip, error)
                     in_use.append(address)
-                    refused = True
+                    refused[address.public_ip] = str(error)
         except TransientError as error:
             self._metrics.count("EipFailures")
             remaining = {**{a: p for a, p in returning.items() if a not in settled}, **unanswered}
@@ -284,14 +297,21 @@ class ReleaseAddresses:
                 },
             )
         if in_use:
-            attempts = int(record.extra.get(SCRATCH, {}).get("release_attempts", 0)) + 1
+            earlier: dict[str, Any] = record.extra.get(SCRATCH) or {}
+            attempts = int(earlier.get("release_attempts", 0)) + 1
+            refusals = int(earlier.get("refusals", 0)) + bool(refused)
             # An instance going into its warm pool keeps what is left on it once stopped, out of the sweeper's
             # reach (it takes addresses only from gone instances): tried again for as long as the action is open
             # (the engine's guard completes it before its global timeout; the release then follows the
             # completion, with the attempts left). A refusal is not: no wait changes a denial, and the action
             # would be held for hours
             holding = record.action_open and record.destination == WARM_POOL and not refused
-            if attempts < RELEASE_ATTEMPTS or holding:
+            # (an address EC2 still shows in use is worth the waits; one it refuses at a terminate, REFUSED_ATTEMPTS
+            # runs: EC2 disassociates it at the termination)
+            settles = any(address.public_ip not in refused for address in in_use)
+            terminates = record.transition is Transition.TERMINATING and record.destination != WARM_POOL
+            given_up = terminates and not settles and refusals >= REFUSED_ATTEMPTS
+            if (attempts < RELEASE_ATTEMPTS and not given_up) or holding:
                 log.info("EC2 does not show the disassociation yet, or refused: releasing again shortly")
                 return Outcome.wait(
                     min(RELEASE_DELAY * 2 ** min(attempts - 1, 4), RELEASE_DELAY_MAX),
@@ -299,6 +319,7 @@ class ReleaseAddresses:
                         **record.extra,
                         SCRATCH: {
                             "release_attempts": attempts,
+                            "refusals": refusals,
                             "disassociated": disassociated,
                             "pending": pending,
                             "looked": True,
@@ -307,11 +328,19 @@ class ReleaseAddresses:
                     },
                 )
             self._metrics.count("EipFailures")
-            log.error(
-                "addresses %s are still in use (or refused) after %d attempts: left to the sweeper",
-                ", ".join(address.public_ip for address in in_use),
-                attempts,
-            )
+            if refused:
+                log.error(
+                    "EC2 refused to take back %s (asked %d times): left where it is (EC2 disassociates a terminated "
+                    "instance's addresses; the sweeper releases them)",
+                    "; ".join(f"address {ip}: {why}" for ip, why in refused.items()),
+                    refusals,
+                )
+            if settles:
+                log.error(
+                    "addresses %s are still in use after %d attempts: left to the sweeper",
+                    ", ".join(address.public_ip for address in in_use if address.public_ip not in refused),
+                    attempts,
+                )
         extra = without_scratch(record)
         if in_use or locked:
             extra[ADDRESSES_LEFT] = True
@@ -327,23 +356,23 @@ class ReleaseAddresses:
         now: datetime,
         freed: Counter[str | None],
         offered: list[Offer],
-    ) -> tuple[list[Address], bool, bool]:
+    ) -> tuple[list[Address], bool, str | None]:
         """Disassociate the pool address the instance's launch left it holding (``AddressLines.held``) when no
         listing found it: EC2's reads may not show a claim of minutes ago, and an instance going into its warm
         pool keeps, once stopped, what its release does not take. Its association is the launch's own (the launch
         saw it): one EC2 answers as unknown within ``HELD_FOR`` of the claim is one its writes do not know yet,
         asked again (the address returned: in use); later, one ended meanwhile (by hand). Whether it was returned,
-        and whether EC2 refused. Returned, it is offered (``offered``) as the others are: the woken look's listing
+        and EC2's refusal (None: none). Returned, it is offered (``offered``) as the others are: the woken look's listing
         may still show the claim."""
         if self._lines is None:
-            return [], False, False
+            return [], False, None
         held = self._lines.held(self._owner, record.instance_id)
         if (
             held is None
             or now - held.at > HELD_FOR
             or any(a.allocation_id == held.allocation_id for a in found)
         ):
-            return [], False, False
+            return [], False, None
         address = Address(
             allocation_id=held.allocation_id,
             public_ip=held.public_ip,
@@ -355,7 +384,7 @@ class ReleaseAddresses:
             disassociated = self._addresses.disassociate(held.association_id)
         except AddressRefused as error:
             log.warning("EC2 refused to take back address %s: %s", held.public_ip, error)
-            return [address], False, True
+            return [address], False, str(error)
         if not disassociated:
             log.info(
                 "address %s, claimed by the instance's launch at %s, is not known to EC2's writes yet, nor shown by "
@@ -363,14 +392,14 @@ class ReleaseAddresses:
                 held.public_ip,
                 held.at,
             )
-            return [address], False, False
+            return [address], False, None
         self._metrics.count("EipsReturned")
         log.info(
             "returned address %s to pool %r (the launch's claim, not listed yet)", held.public_ip, held.pool
         )
         freed[held.pool] += 1
         offered.extend(offers_of([address], now))
-        return [], True, False
+        return [], True, None
 
     def _give_back(self, disassociated: list[str], instance: str) -> None:
         """Associate again with ``instance`` (up again, or started since the completion) the addresses an earlier
