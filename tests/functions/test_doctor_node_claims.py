@@ -13,6 +13,7 @@ from __future__ import annotations
 import argparse
 import json
 from collections.abc import Iterator
+from datetime import UTC, datetime, timedelta
 from pathlib import Path
 from typing import Any
 
@@ -232,3 +233,86 @@ def test_a_stack_without_its_outputs_yet_counts_by_its_owner_id_parameter_or_its
 
     # Then the owners are the first's name and the second's parameter, not the other template's stack
     assert claims.stack_owners(CloudFormation()) == {"nodecycle-new", "c"}
+
+
+def budget(server: KubeServer, writers: dict[str, datetime], held: tuple[str, str] | None = None) -> None:
+    """The budget ConfigMap of namespace nodecycle, its document with the limits ``writers`` last wrote (each owner's
+    update time), and ``held``'s node (a node and its owner) holding a slot."""
+    from nodecycle.domain.budget.document import BudgetDocument, Holder, OwnerLimits, ResolvedLimits
+
+    limits = {
+        owner: OwnerLimits(
+            max_unavailable="1",
+            max_unavailable_per_zone=None,
+            count_unavailable=False,
+            nodes_in_scope=None,
+            resolved=ResolvedLimits(total=1, per_zone=None),
+            updated_at=at,
+        )
+        for owner, at in writers.items()
+    }
+    now = datetime.now(UTC)
+    holders: tuple[Holder, ...] = ()
+    if held is not None:
+        node, owner = held
+        holders = (
+            Holder(
+                node=node,
+                instance_id="i-0123456789abcdef0",
+                zone="eu-west-1a",
+                owner=owner,
+                record_id="i-0123456789abcdef0/terminate/t",
+                renewed_at=now,
+                acquired_at=now,
+                ttl_seconds=600,
+            ),
+        )
+    document = BudgetDocument(holders=holders, limits=limits)
+    core = client.CoreV1Api(server.api_client())
+    core.create_namespace(client.V1Namespace(metadata=client.V1ObjectMeta(name="nodecycle")))
+    core.create_namespaced_config_map(
+        "nodecycle",
+        client.V1ConfigMap(
+            metadata=client.V1ObjectMeta(name="nodecycle-budget"), data={"budget.json": document.to_json()}
+        ),
+    )
+
+
+def test_a_claim_of_an_owner_that_writes_in_this_budget_is_no_finding(
+    world: tuple[boto3.Session, KubeServer, Any],
+) -> None:
+    # Given this stack, and a node claimed by owner nodecycle-west, no stack of this region (a stack of another
+    # region on the same cluster, sharing this budget), which holds the node's slot in this stack's budget: its
+    # drain is alive, and this stack's drains leave the node to it while it holds the slot and adopt it once it
+    # holds it no more (SlotRequest.claimed_by: an owner that writes in the budget is told dead by it)
+    aws, server, api = world
+    stack(aws, "nodecycle")
+    claim(server, LEFTOVER, "nodecycle-west")
+    budget(
+        server,
+        {"nodecycle-west": datetime.now(UTC) - timedelta(minutes=5)},
+        held=(LEFTOVER, "nodecycle-west"),
+    )
+
+    # When the doctor looks at the nodes' claims
+    findings = found(aws, api)
+
+    # Then it is no leftover: clearing it (what the warning advises) would have a drain of this stack start on a node
+    # another stack is draining, two drains on one node, one outside the budget
+    assert [f.status for f in findings] == [Status.OK], findings
+
+
+def test_a_claim_of_an_owner_that_wrote_in_this_budget_over_a_day_ago_is_named(
+    world: tuple[boto3.Session, KubeServer, Any],
+) -> None:
+    # Given the claim's owner's last write in this budget more than a day old (LIMITS_RETENTION: a budget that
+    # forgot it, as this stack's drains do)
+    aws, server, api = world
+    stack(aws, "nodecycle")
+    claim(server, LEFTOVER, "nodecycle-old")
+    budget(server, {"nodecycle-old": datetime.now(UTC) - timedelta(days=2)})
+
+    (warning,) = found(aws, api)
+
+    assert warning.status is Status.WARNING
+    assert LEFTOVER in warning.what

@@ -20,9 +20,10 @@ with the usual credential chain, the cluster with the kubeconfig. Checked:
 - no aws-node-termination-handler in IMDS mode (its DaemonSet) draining the nodes of the stack's groups: it drains
   on Spot interruptions and scheduled events with no budget, as nodecycle does on those and on terminations (two
   drainers on one node: docs/migrating.md);
-- no node claimed (nodecycle.io/owner) by an owner no nodecycle stack of the region has (a removed stack's
-  leftover: a stack whose budget that owner writes nothing in leaves the node alone for up to nine days, each of
-  its drains there given up undrained at its timeout, with a NodeClaimedElsewhere event on the node);
+- no node claimed (nodecycle.io/owner) by an owner no nodecycle stack of the region has, nor one that wrote in the
+  stack's budget within the day (a removed stack's leftover: a stack whose budget that owner writes nothing in
+  leaves the node alone for up to nine days, each of its drains there given up undrained at its timeout, with a
+  NodeClaimedElsewhere event on the node);
 - each managed group's hooks: present, named in ManagedHooks, a heartbeat timeout long enough for the
   settings (HeartbeatMarginSeconds plus the later of WorkVisibilityTimeoutSeconds and ResumeGraceSeconds + 2,
   and at least how far apart two sweeps may heartbeat an action: SweepIntervalMinutes plus the later of

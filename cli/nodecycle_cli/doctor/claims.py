@@ -9,6 +9,11 @@ that, and no sweeper clears it (each sweeper clears its own owner's only). Liste
 neither this stack's nor that of any stack in the region. A claim of a stack still there (another budget's drain in
 progress) is its drain's, not a finding.
 
+A claim whose owner wrote in this stack's budget within LIMITS_RETENTION (its limits still there) is no finding
+either: this stack's drains tell that owner's drain dead by the budget (it holds no slot nor place for the node there)
+and adopt the node; while it holds one, its drain is alive (a stack of another region or account on the cluster, which
+the doctor does not see), and clearing its claim would start a second drain on the node.
+
 A warning, not a problem: the doctor sees the stacks of this account and region only, and a claim is harmful only
 once its node's instance is disrupted; the operator who knows the owner gone clears it."""
 
@@ -31,14 +36,21 @@ def leftover_claims(cloudformation: Any, api_client: Any, deployment: Any) -> li
     """One finding: the cluster's nodes claimed by an owner with no stack in the region, or none."""
     from kubernetes import client
 
+    core = client.CoreV1Api(api_client)
+    namespace = deployment.parameter("BudgetNamespace", "nodecycle")
+    writers, unread = _budget_writers(core, namespace)
     live = stack_owners(cloudformation) | {deployment.owner}
     left = sorted(
-        (owner, name, started)
-        for name, owner, started in _claims(client.CoreV1Api(api_client))
-        if owner not in live
+        (owner, name, started) for name, owner, started in _claims(core) if owner not in live | writers
     )
     if not left:
-        return [Finding.ok(CHECK, f"every node claim in the cluster is a stack's of {deployment.region}")]
+        return [
+            Finding.ok(
+                CHECK,
+                f"every node claim in the cluster is a stack's of {deployment.region} or of an owner that writes "
+                f"in budget {namespace}",
+            )
+        ]
     named = "; ".join(f"{name} by {owner} since {started}" for owner, name, started in left[:SHOWN])
     more = f" and {len(left) - SHOWN} more" if len(left) > SHOWN else ""
     owners = ", ".join(sorted({owner for owner, _, _ in left}))
@@ -61,8 +73,8 @@ def leftover_claims(cloudformation: Any, api_client: Any, deployment: Any) -> li
         "BudgetNamespace) leaves the node alone until the claim is nine days old: each terminate action of its "
         "instance is completed at the drain timeout with the node undrained "
         "(outcome node-owned-by:OWNER, a NodeClaimedElsewhere event on the node), its pods never evicted",
-        f"if no stack of another account or region has that owner id (its drain would lose the node), clear each "
-        f"claim: {commands}{listing}; the next drain of the node adopts it",
+        f"{unread}if no stack of another account or region has that owner id (its drain would lose the node), clear "
+        f"each claim: {commands}{listing}; the next drain of the node adopts it",
     )
     return [finding]
 
@@ -86,6 +98,32 @@ def stack_owners(cloudformation: Any) -> set[str]:
             elif "OwnerId" in parameters:  # (being created: no outputs yet)
                 owners.add(parameters["OwnerId"] or stack["StackName"])
     return owners - {""}
+
+
+def _budget_writers(core: Any, namespace: str) -> tuple[set[str], str]:
+    """The owners that wrote in the budget of ``namespace`` within LIMITS_RETENTION, as this stack's drains judge a
+    claim (the document pruned: see rules._claimed_elsewhere); and, when it could not be read, a sentence that says
+    so, put before the advice to clear (an owner that writes there may be draining the node)."""
+    from datetime import UTC, datetime
+
+    from nodecycle.adapters.kube.budget import ConfigMapBudgetStore
+    from nodecycle.domain.budget.document import BudgetFormatError
+    from nodecycle.domain.budget.rules import prune
+    from nodecycle.domain.errors import TransientError
+    from nodecycle.domain.ports.cluster import Refused
+
+    store = ConfigMapBudgetStore(lambda: core, namespace)
+    try:
+        document = store.read()
+    except (Refused, TransientError, BudgetFormatError) as error:
+        return set(), (
+            f"the budget ConfigMap {namespace}/{store.name} could not be read ({error}): an owner that writes "
+            f"there may be draining the node, check its holders first (nodecycle budget show --namespace "
+            f"{namespace}); "
+        )
+    if document is None:
+        return set(), ""
+    return set(prune(document, datetime.now(UTC)).limits), ""
 
 
 def _claims(core: Any) -> Iterator[tuple[str, str, str]]:
