@@ -29,6 +29,8 @@ from nodecycle_cli.doctor.findings import Finding, Status
 from nodecycle_sandbox.kube import KubeServer
 from tests.functions.test_doctor_refused_reads import REGION
 
+ACCOUNT = "123456789012"  # moto's
+
 LEFTOVER, SHARED, OWN, FREE = (f"ip-10-0-{n}-{n}.eu-west-1.compute.internal" for n in range(1, 5))
 STARTED = "2026-12-01T08:00:00+00:00"
 
@@ -42,6 +44,7 @@ def stack(aws: boto3.Session, name: str, *, owner: str | None = None, namespace:
         "Outputs": {
             "OwnerId": {"Value": owner or name},
             "LifecycleTableName": {"Value": f"{name}-LifecycleTable"},
+            "DrainFunctionName": {"Value": f"{name}-DrainFunction"},
         },
     }
     aws.client("cloudformation").create_stack(
@@ -316,3 +319,30 @@ def test_a_claim_of_an_owner_that_wrote_in_this_budget_over_a_day_ago_is_named(
 
     assert warning.status is Status.WARNING
     assert LEFTOVER in warning.what
+
+
+def test_a_claim_of_a_stack_whose_deletion_failed_is_named_with_its_state(
+    world: tuple[boto3.Session, KubeServer, Any],
+) -> None:
+    # Given the stack that claimed the node DELETE_FAILED: DescribeStacks still lists it, its outputs (OwnerId among
+    # them) with it, though its deletion removed its rules and functions before it stopped at what it could not
+    # delete (they depend on its roles, queues and table, deleted after them): nothing of it drains or sweeps
+    aws, server, api = world
+    stack(aws, "nodecycle")
+    stack(aws, "nodecycle-old")
+    claim(server, LEFTOVER, "nodecycle-old")
+    from moto.cloudformation.models import cloudformation_backends
+
+    (old,) = (
+        s for s in cloudformation_backends[ACCOUNT][REGION].stacks.values() if s.name == "nodecycle-old"
+    )
+    old.status = "DELETE_FAILED"
+
+    (warning,) = found(aws, api)
+
+    # Then its claim is named, with the stack's state, which is why the owner looks there still
+    assert warning.status is Status.WARNING, warning
+    assert LEFTOVER in warning.what
+    assert "nodecycle-old" in warning.what
+    assert "DELETE_FAILED" in warning.what
+    assert "aws lambda get-function --function-name nodecycle-old-DrainFunction" in warning.fix

@@ -39,7 +39,9 @@ def leftover_claims(cloudformation: Any, api_client: Any, deployment: Any) -> li
     core = client.CoreV1Api(api_client)
     namespace = deployment.parameter("BudgetNamespace", "nodecycle")
     writers, unread = _budget_writers(core, namespace)
-    live = stack_owners(cloudformation) | {deployment.owner}
+    # the owners of stacks whose deletion stopped half way, each its stack's name and drain function's
+    failed: dict[str, tuple[str, str]] = {}
+    live = stack_owners(cloudformation, failed) | {deployment.owner}
     left = sorted(
         (owner, name, started) for name, owner, started in _claims(core) if owner not in live | writers
     )
@@ -53,7 +55,11 @@ def leftover_claims(cloudformation: Any, api_client: Any, deployment: Any) -> li
         ]
     named = "; ".join(f"{name} by {owner} since {started}" for owner, name, started in left[:SHOWN])
     more = f" and {len(left) - SHOWN} more" if len(left) > SHOWN else ""
-    owners = ", ".join(sorted({owner for owner, _, _ in left}))
+    owners = ", ".join(
+        f"{owner} (its stack {failed[owner][0]} DELETE_FAILED)" if owner in failed else owner
+        for owner in sorted({owner for owner, _, _ in left})
+    )
+    dead = ", but one whose deletion failed" if any(owner in failed for owner, _, _ in left) else ""
     commands = "; ".join(
         f"kubectl annotate node {name} {OWNER_ANNOTATION}- {IN_PROGRESS_ANNOTATION}-"
         for _, name, _ in left[:SHOWN]
@@ -68,28 +74,47 @@ def leftover_claims(cloudformation: Any, api_client: Any, deployment: Any) -> li
     finding = Finding.warning(
         CHECK,
         f"{len(left)} node(s) claimed ({OWNER_ANNOTATION}) by an owner no nodecycle stack in "
-        f"{deployment.region} has ({owners}): {named}{more}",
+        f"{deployment.region} has{dead} ({owners}): {named}{more}",
         "a stack whose budget the claim's owner writes nothing in (a removed stack's, one of another "
         "BudgetNamespace) leaves the node alone until the claim is nine days old: each terminate action of its "
         "instance is completed at the drain timeout with the node undrained "
         "(outcome node-owned-by:OWNER, a NodeClaimedElsewhere event on the node), its pods never evicted",
-        f"{unread}if no stack of another account or region has that owner id (its drain would lose the node), clear "
+        f"{unread}{_functions_gone(failed, left)}if no stack of another account or region has that owner id (its drain would lose the node), clear "
         f"each claim: {commands}{listing}; the next drain of the node adopts it",
     )
     return [finding]
 
 
-def stack_owners(cloudformation: Any) -> set[str]:
+def _functions_gone(failed: dict[str, tuple[str, str]], left: list[tuple[str, str, str]]) -> str:
+    """What tells that a stack whose deletion failed drains no more: its drain function is gone."""
+    stacks = sorted({failed[owner] for owner, _, _ in left if owner in failed})
+    return "".join(
+        f"check that stack {name}'s drain function is gone (aws lambda get-function --function-name {function}: "
+        "ResourceNotFoundException); "
+        for name, function in stacks
+        if function
+    )
+
+
+def stack_owners(cloudformation: Any, failed: dict[str, tuple[str, str]] | None = None) -> set[str]:
     """The owner ids the region's nodecycle stacks drain as: a claim of one is not reported. A stack's OwnerId
     output, once created (what its functions drain as: the OwnerId parameter, or the stack's name when that is
     empty); before its outputs are there, the same from its OwnerId parameter. A stack's name is no owner by itself:
     a stack whose OwnerId names another (set, or changed since its first deployment) leaves its name's claims to no
     one, and a stack of another template that took a removed stack's name renews none of them. Stacks being
-    deleted count: their functions may still drain."""
+    deleted count: their functions may still drain. A stack whose deletion failed (DELETE_FAILED) does not:
+    DescribeStacks lists it with its outputs, but its deletion removes its rules and functions (which depend on
+    its roles, queues and table) first, before what such a deletion usually stops at, so that nothing of it drains
+    or sweeps any more; its owner goes into ``failed`` with the stack's name and its drain function's, for the finding to say why."""
     owners: set[str] = set()
     for page in cloudformation.get_paginator("describe_stacks").paginate():
         for stack in page["Stacks"]:
             outputs = stack_outputs(stack)
+            if stack.get("StackStatus") == "DELETE_FAILED":
+                if failed is not None and outputs.get("OwnerId"):
+                    named = (stack["StackName"], outputs.get("DrainFunctionName", ""))
+                    failed.setdefault(outputs["OwnerId"], named)
+                continue
             parameters = {
                 p["ParameterKey"]: p.get("ParameterValue", "") for p in stack.get("Parameters") or []
             }
