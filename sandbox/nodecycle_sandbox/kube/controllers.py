@@ -42,6 +42,7 @@ from nodecycle_sandbox.kube.resources import (
     ALL,
     DAEMONSETS,
     DEPLOYMENTS,
+    EVENTS,
     NAMESPACES,
     NODES,
     PDBS,
@@ -57,6 +58,10 @@ logger = logging.getLogger(__name__)
 # The sandbox kubelets' nodeStatusReportFrequency (real: 5 minutes), short enough for its tests (see
 # Controllers.status_report_seconds)
 STATUS_REPORT_SECONDS = 20.0
+# kube-apiserver's --event-ttl, "Amount of time to retain events" (default 1h0m0s; kubernetes/kubernetes#124836:
+# "kube-apiserver default event ttl is 1h"); EKS keeps the default unless the cluster's kubeApiServerConfig sets
+# eventTtl
+EVENT_TTL_SECONDS = 3600.0
 
 _DAEMON_TOLERATIONS = [
     {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
@@ -109,8 +114,11 @@ class Controllers:
         *,
         pod_gc_quarantine: float = 40.0,
         unreachable_toleration: float = 300.0,
+        event_ttl: float = EVENT_TTL_SECONDS,
     ) -> None:
         self._store = store
+        # How long an Event lasts after its last write (kube-apiserver's --event-ttl)
+        self.event_ttl = event_ttl
         self._api = api
         self._kubelet = kubelet
         # podgc waits this long after it sees pods bound to a node that does not exist before it force-deletes
@@ -266,6 +274,8 @@ class Controllers:
             evicted, eviction_deadline = self._evict_by_taints()
             collected, orphan_deadline = self.collect_garbage()
             changed |= evicted | collected
+            expired, event_deadline = self.expire_events()
+            changed |= expired
             emptied, namespace_deadline = self._sync_namespaces()
             changed |= emptied
             changed |= self._sync_static_pods()
@@ -284,7 +294,14 @@ class Controllers:
             deadlines = [d for d in (node_deadline, pod_deadline) if d is not None]
             # (a lagging namespace controller, a hung runtime's PLEG, or podgc's quarantine (40 s), is a timer of
             # the loop's, not work that settling waits for)
-            timers = (lost_deadline, eviction_deadline, namespace_deadline, runtime_deadline, orphan_deadline)
+            timers = (
+                lost_deadline,
+                eviction_deadline,
+                namespace_deadline,
+                runtime_deadline,
+                orphan_deadline,
+                event_deadline,
+            )
             lost = [d for d in timers if d is not None]
             return SyncResult(
                 changed, min(deadlines, default=None), self._store.revision, renewal, min(lost, default=None)
@@ -525,6 +542,23 @@ class Controllers:
             for pod in pods:
                 pod = self._mark_failed(pod, ORPHAN_DISRUPTION)
                 self._kubelet.end_pod(pod, verb="delete", source=SANDBOX)
+            changed = True
+        return changed, min(due, default=None)
+
+    def expire_events(self) -> tuple[bool, float | None]:
+        """Events whose lease ran out go, as etcd deletes a key whose lease expired (a DELETED to watchers): the
+        lease of --event-ttl is granted at each write of the Event (kube-apiserver's event registry, TTLFunc), so
+        an Event lasts that long after its last create or update, read or not. Returns (removed any, when
+        (monotonic) the next one expires)."""
+        mono = time.monotonic()
+        changed = False
+        due: list[float] = []
+        for (namespace, name), written in list(self._store.events_written.items()):
+            ends = written + self.event_ttl
+            if mono < ends:
+                due.append(ends)
+                continue
+            self._store.remove(EVENTS, namespace, name, verb="delete", source=SANDBOX)
             changed = True
         return changed, min(due, default=None)
 

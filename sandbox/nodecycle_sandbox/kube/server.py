@@ -25,7 +25,13 @@ from nodecycle_sandbox.kube.auth import (
     make_eks_token,
 )
 from nodecycle_sandbox.kube.builders import node_object
-from nodecycle_sandbox.kube.controllers import STATUS_REPORT_SECONDS, ControllerLoop, Controllers, StaticPod
+from nodecycle_sandbox.kube.controllers import (
+    EVENT_TTL_SECONDS,
+    STATUS_REPORT_SECONDS,
+    ControllerLoop,
+    Controllers,
+    StaticPod,
+)
 from nodecycle_sandbox.kube.counters import Counters
 from nodecycle_sandbox.kube.faults import KubeFaults
 from nodecycle_sandbox.kube.history import SANDBOX, HistoryEntry
@@ -104,6 +110,7 @@ class KubeServer:
         pleg_threshold_seconds: float = 180.0,
         namespace_controller_lag_seconds: float = 0.0,
         flow_idle_timeout_seconds: float = FLOW_IDLE_TIMEOUT,
+        event_ttl_seconds: float = EVENT_TTL_SECONDS,
     ) -> None:
         self.cluster_name = cluster_name
         # (the load balancer's before the API server: a connection idle this long is forgotten, see httpd.py)
@@ -133,6 +140,7 @@ class KubeServer:
             self._kubelet,
             pod_gc_quarantine=pod_gc_quarantine_seconds,
             unreachable_toleration=unreachable_toleration_seconds,
+            event_ttl=event_ttl_seconds,
         )
         self._controllers.status_report_seconds = node_status_report_seconds
         self._counters = Counters()

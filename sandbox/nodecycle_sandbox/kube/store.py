@@ -40,6 +40,9 @@ class Store:
         self._history: list[HistoryEntry] = []
         # called under the lock after every write or removal, with the type written
         self.listeners: list[Callable[[ResourceType], None]] = []
+        # Each Event's last write (monotonic), which its TTL runs from: kube-apiserver stores an Event in etcd under
+        # a lease of --event-ttl granted at every create and update of it (see Controllers.expire_events)
+        self.events_written: dict[Key, float] = {}
         # The PodDisruptionBudgets (namespace, name) other writers keep updating meanwhile: every status write of
         # the eviction handler on one of them meets a conflict (see eviction.evict)
         self.contended_budgets: set[tuple[str, str]] = set()
@@ -98,6 +101,8 @@ class Store:
             subresource = resource.partition("/")[2]
             managed_fields.track(rt, old, obj, source=source, subresource=subresource, now=time.time())
             self._objects[rt][key] = obj
+            if rt.plural == "events" and not rt.group:
+                self.events_written[key] = time.monotonic()
             self._by_uid[meta["uid"]] = (rt, key)
             self._record(rt, obj, verb, source, resource, removed=False)
             for listener in self.listeners:
@@ -109,9 +114,12 @@ class Store:
     ) -> JsonObj | None:
         """Delete an object for good; returns its last state, or None when it did not exist."""
         with self.lock:
-            obj = self._objects[rt].pop((namespace if rt.namespaced else "", name), None)
+            key = (namespace if rt.namespaced else "", name)
+            obj = self._objects[rt].pop(key, None)
             if obj is None:
                 return None
+            if rt.plural == "events" and not rt.group:
+                self.events_written.pop(key, None)
             self._order.pop(rt, None)
             self._by_uid.pop(metadata(obj).get("uid", ""), None)
             self._revision += 1
