@@ -23,7 +23,9 @@ with the usual credential chain, the cluster with the kubeconfig. Checked:
 - no node claimed (nodecycle.io/owner) by an owner no nodecycle stack of the region has, nor one that wrote in the
   stack's budget within the day (a removed stack's leftover: a stack whose budget that owner writes nothing in
   leaves the node alone for up to nine days, each of its drains there given up undrained at its timeout, with a
-  NodeClaimedElsewhere event on the node);
+  NodeClaimedElsewhere event on the node); and no node kept cordoned (nodecycle.io/released-for) for a lifecycle
+  the stack has no open record of while its instance is InService in one of its groups (a table deleted with the
+  stack: no watch lifts that cordon);
 - each managed group's hooks: present, named in ManagedHooks, a heartbeat timeout long enough for the
   settings (HeartbeatMarginSeconds plus the later of WorkVisibilityTimeoutSeconds and ResumeGraceSeconds + 2,
   and at least how far apart two sweeps may heartbeat an action: SweepIntervalMinutes plus the later of
@@ -76,6 +78,7 @@ from nodecycle_cli.doctor import (
     cluster_checks,
     drainers,
     function_checks,
+    released,
     settings_checks,
 )
 from nodecycle_cli.doctor.findings import Finding, Status, as_json, exit_status, render
@@ -494,7 +497,22 @@ class Doctor:
                 claims.CHECK,
                 lambda: claims.leftover_claims(self.client("cloudformation"), kube, deployment),
             )
+            findings += in_cluster(
+                released.CHECK,
+                lambda: released.kept_cordons(
+                    kube, self.client("autoscaling"), self._groups() or [], self._open_lifecycles(deployment)
+                ),
+            )
         return findings
+
+    def _open_lifecycles(self, deployment: Deployment) -> set[str]:
+        """The ids of the stack's open lifecycle records (read again: a check of its own, refused on its own)."""
+        from nodecycle.adapters.aws.records import DynamoRecordStore
+
+        dynamodb = self.client("dynamodb")
+        store = DynamoRecordStore(deployment.table, ttl=timedelta(days=1), dynamodb=dynamodb)
+        with lifecycle_table(deployment.table, dynamodb.meta.region_name):
+            return {record.id for record in store.open_records(deployment.owner)}
 
     def _group_instances(self) -> set[str] | None:
         """The instance ids of the groups checked (None: no group given, every node counts)."""

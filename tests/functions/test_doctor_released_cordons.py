@@ -1,0 +1,195 @@
+"""``nodecycle doctor`` on a node kept cordoned for a lifecycle the stack no longer has.
+
+A drain that keeps its node cordoned after the completion (a warm pool, a maintenance ahead) marks it
+``nodecycle.io/released-for`` its lifecycle, and that lifecycle's watch lifts the cordon once the instance is back
+in service. Its record gone with the table (the stack deleted and deployed again: docs/runbook.md), nothing lifts it:
+the node serves no pods while its instance runs, for ever, and no sweeper clears it (the mark names no owner). The
+doctor named none of it. The cluster is the sandbox's Kubernetes API server, Auto Scaling moto's."""
+
+from __future__ import annotations
+
+import argparse
+import json
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+import boto3
+import pytest
+from kubernetes import client
+from moto import mock_aws
+
+from nodecycle_cli import cluster, doctor
+from nodecycle_cli.deployment import find
+from nodecycle_cli.doctor import Doctor, released
+from nodecycle_cli.doctor.findings import Finding, Status
+from nodecycle_sandbox.kube import KubeServer
+from nodecycle_sandbox.runner.cfn_yaml import load_template
+from tests.functions.test_doctor_refused_reads import REGION
+from tests.support.stack import TEMPLATE
+
+LIFECYCLE_TABLE = load_template(TEMPLATE)["Resources"]["LifecycleTable"]["Properties"]
+
+GROUP, OTHER = "workers", "theirs"
+
+
+@pytest.fixture
+def world(tmp_path: Path) -> Iterator[tuple[boto3.Session, KubeServer, Any, dict[str, list[str]]]]:
+    """Two groups of two InService instances each (this stack's, and one it does not manage), a node for each."""
+    with mock_aws(), KubeServer(tls=True) as server:
+        aws = boto3.Session(region_name=REGION)
+        autoscaling = aws.client("autoscaling")
+        autoscaling.create_launch_configuration(
+            LaunchConfigurationName="workers", ImageId="ami-12c6146b", InstanceType="t3.micro"
+        )
+        instances: dict[str, list[str]] = {}
+        for group in (GROUP, OTHER):
+            autoscaling.create_auto_scaling_group(
+                AutoScalingGroupName=group,
+                LaunchConfigurationName="workers",
+                MinSize=0,
+                MaxSize=4,
+                DesiredCapacity=2,
+                AvailabilityZones=[f"{REGION}a"],
+            )
+            (described,) = autoscaling.describe_auto_scaling_groups(AutoScalingGroupNames=[group])[
+                "AutoScalingGroups"
+            ]
+            instances[group] = sorted(i["InstanceId"] for i in described["Instances"])
+            for instance in instances[group]:
+                server.add_node(node(instance), instance_id=instance, zone=f"{REGION}a")
+        server.settle()
+        kubeconfig = str(server.write_kubeconfig(tmp_path / "kubeconfig"))
+        api = cluster.api_client(argparse.Namespace(kubeconfig=kubeconfig, context=None))
+        yield aws, server, api, instances
+
+
+def node(instance: str) -> str:
+    return f"node-{instance}"
+
+
+def kept(server: KubeServer, instance: str, lifecycle: str) -> None:
+    """The node of ``instance`` as a cleanup leaves it for a warm pool: cordoned, marked released for
+    ``lifecycle``."""
+    client.CoreV1Api(server.api_client()).patch_node(
+        node(instance),
+        {
+            "metadata": {"annotations": {"nodecycle.io/released-for": lifecycle}},
+            "spec": {"unschedulable": True},
+        },
+    )
+
+
+def found(aws: boto3.Session, api: Any, open_lifecycles: set[str]) -> list[Finding]:
+    return released.kept_cordons(api, aws.client("autoscaling"), [GROUP], open_lifecycles)
+
+
+def test_a_cordon_kept_for_a_lifecycle_the_stack_has_no_record_of_is_a_warning_naming_how_to_lift_it(
+    world: tuple[boto3.Session, KubeServer, Any, dict[str, list[str]]],
+) -> None:
+    # Given, in this stack's group, a node kept cordoned for a lifecycle whose record went with the table (its
+    # instance back InService), and one kept for a lifecycle still open (its watch lifts it); in a group the stack
+    # does not manage, a node kept cordoned for a lifecycle of another stack
+    aws, server, api, instances = world
+    gone, watched = instances[GROUP]
+    theirs = instances[OTHER][0]
+    kept(server, gone, f"{gone}/terminate/old-token")
+    kept(server, watched, f"{watched}/terminate/token")
+    kept(server, theirs, f"{theirs}/terminate/their-token")
+
+    # When the doctor looks at the kept cordons, this stack's open lifecycle the watched one's
+    findings = found(aws, api, {f"{watched}/terminate/token"})
+
+    # Then one warning names the orphaned one, its lifecycle, and the commands that lift it
+    assert [f.status for f in findings] == [Status.WARNING], findings
+    (warning,) = findings
+    assert warning.check == released.CHECK
+    assert node(gone) in warning.what
+    assert f"{gone}/terminate/old-token" in warning.what
+    for other in (watched, theirs):
+        assert other not in warning.what
+    assert (
+        f"kubectl annotate node {node(gone)} nodecycle.io/released-for- && kubectl uncordon {node(gone)}"
+        in warning.fix
+    )
+
+
+def test_a_cordon_kept_for_an_instance_leaving_service_is_no_finding(
+    world: tuple[boto3.Session, KubeServer, Any, dict[str, list[str]]],
+) -> None:
+    # Given the node kept cordoned for a lifecycle closed, its instance terminating (the cordon kept on purpose
+    # until the node goes)
+    aws, server, api, instances = world
+    leaving = instances[GROUP][0]
+    kept(server, leaving, f"{leaving}/terminate/token")
+    aws.client("autoscaling").set_instance_health(InstanceId=leaving, HealthStatus="Unhealthy")
+    aws.client("autoscaling").terminate_instance_in_auto_scaling_group(
+        InstanceId=leaving, ShouldDecrementDesiredCapacity=False
+    )
+
+    assert [f.status for f in found(aws, api, set())] == [Status.OK]
+
+
+def test_a_node_marked_but_not_cordoned_is_no_finding(
+    world: tuple[boto3.Session, KubeServer, Any, dict[str, list[str]]],
+) -> None:
+    aws, server, api, instances = world
+    instance = instances[GROUP][0]
+    kept(server, instance, f"{instance}/terminate/token")
+    client.CoreV1Api(server.api_client()).patch_node(node(instance), {"spec": {"unschedulable": False}})
+
+    assert [f.status for f in found(aws, api, set())] == [Status.OK]
+
+
+def test_the_doctor_of_a_stack_makes_the_check(
+    world: tuple[boto3.Session, KubeServer, Any, dict[str, list[str]]],
+    tmp_path: Path,
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    # Given stack nodecycle managing group workers on cluster prod (EKS's, the sandbox's API server taken for its
+    # own), its lifecycle table empty (deployed again: the table before went with the stack), and a node of the
+    # group kept cordoned for a lifecycle of the stack before
+    aws, server, _, instances = world
+    template = {
+        "Parameters": {"ClusterName": {"Type": "String"}, "ManagedGroups": {"Type": "String"}},
+        "Resources": {"Queue": {"Type": "AWS::SQS::Queue"}},
+        "Outputs": {"OwnerId": {"Value": "nodecycle"}, "LifecycleTableName": {"Value": "nodecycle-table"}},
+    }
+    aws.client("cloudformation").create_stack(
+        StackName="nodecycle",
+        TemplateBody=json.dumps(template),
+        Parameters=[
+            {"ParameterKey": "ClusterName", "ParameterValue": "prod"},
+            {"ParameterKey": "ManagedGroups", "ParameterValue": GROUP},
+        ],
+    )
+    aws.client("dynamodb").create_table(
+        TableName="nodecycle-table",
+        BillingMode=LIFECYCLE_TABLE["BillingMode"],
+        AttributeDefinitions=LIFECYCLE_TABLE["AttributeDefinitions"],
+        KeySchema=LIFECYCLE_TABLE["KeySchema"],
+        GlobalSecondaryIndexes=LIFECYCLE_TABLE["GlobalSecondaryIndexes"],
+    )
+    aws.client("eks").create_cluster(
+        name="prod",
+        roleArn="arn:aws:iam::123456789012:role/eks",
+        resourcesVpcConfig={"subnetIds": ["subnet-1"]},
+    )
+    gone = instances[GROUP][0]
+    kept(server, gone, f"{gone}/terminate/old-token")
+    monkeypatch.setattr(doctor, "mismatch", lambda *_: None)
+    args = argparse.Namespace(
+        group=[],
+        cluster=None,
+        rbac=None,
+        verbose=False,
+        kubeconfig=str(tmp_path / "kubeconfig"),
+        context=None,
+    )
+
+    # When the doctor examines the stack
+    findings = [f for f in Doctor(args, aws, find(aws, "nodecycle")).examine() if f.check == released.CHECK]
+
+    # Then the kept cordon is among its findings
+    assert [f.status for f in findings] == [Status.WARNING], findings
+    assert node(gone) in findings[0].what
