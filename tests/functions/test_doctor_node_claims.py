@@ -346,3 +346,36 @@ def test_a_claim_of_a_stack_whose_deletion_failed_is_named_with_its_state(
     assert "nodecycle-old" in warning.what
     assert "DELETE_FAILED" in warning.what
     assert "aws lambda get-function --function-name nodecycle-old-DrainFunction" in warning.fix
+
+
+@pytest.mark.parametrize("status", ["ROLLBACK_COMPLETE", "ROLLBACK_FAILED", "REVIEW_IN_PROGRESS"])
+def test_a_stack_whose_creation_never_completed_drains_as_no_owner(status: str) -> None:
+    # Given a stack of the owner's name whose creation failed and was rolled back (ROLLBACK_COMPLETE: "any resources
+    # that were created during the create stack operation are deleted"; ROLLBACK_FAILED: the rollback stopped half
+    # way, its functions deleted first) or never began (REVIEW_IN_PROGRESS: a change set not executed, "without any
+    # templates or resources"): DescribeStacks lists it, with its parameters and no outputs. A removed stack deployed
+    # again under its name, whose first deployment failed, is one
+    pages = [
+        {
+            "Stacks": [
+                {
+                    "StackName": "nodecycle-old",
+                    "StackStatus": status,
+                    "Parameters": [{"ParameterKey": "OwnerId", "ParameterValue": ""}],
+                },
+            ]
+        }
+    ]
+
+    class Paginator:
+        def paginate(self) -> list[dict[str, Any]]:
+            return pages
+
+    class CloudFormation:
+        def get_paginator(self, name: str) -> Paginator:
+            return Paginator()
+
+    # Then its owner is no live stack's: the leftover claims of the stack removed before are named, with its state
+    failed: dict[str, tuple[str, str, str]] = {}
+    assert claims.stack_owners(CloudFormation(), failed) == set()
+    assert failed == {"nodecycle-old": ("nodecycle-old", status, "")}

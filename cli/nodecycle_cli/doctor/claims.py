@@ -39,8 +39,8 @@ def leftover_claims(cloudformation: Any, api_client: Any, deployment: Any) -> li
     core = client.CoreV1Api(api_client)
     namespace = deployment.parameter("BudgetNamespace", "nodecycle")
     writers, unread = _budget_writers(core, namespace)
-    # the owners of stacks whose deletion stopped half way, each its stack's name and drain function's
-    failed: dict[str, tuple[str, str]] = {}
+    # the owners of stacks with no functions (see NO_FUNCTIONS), each its stack's name, state and drain function's
+    failed: dict[str, tuple[str, str, str]] = {}
     live = stack_owners(cloudformation, failed) | {deployment.owner}
     left = sorted(
         (owner, name, started) for name, owner, started in _claims(core) if owner not in live | writers
@@ -56,10 +56,10 @@ def leftover_claims(cloudformation: Any, api_client: Any, deployment: Any) -> li
     named = "; ".join(f"{name} by {owner} since {started}" for owner, name, started in left[:SHOWN])
     more = f" and {len(left) - SHOWN} more" if len(left) > SHOWN else ""
     owners = ", ".join(
-        f"{owner} (its stack {failed[owner][0]} DELETE_FAILED)" if owner in failed else owner
+        f"{owner} (its stack {failed[owner][0]} {failed[owner][1]})" if owner in failed else owner
         for owner in sorted({owner for owner, _, _ in left})
     )
-    dead = ", but one whose deletion failed" if any(owner in failed for owner, _, _ in left) else ""
+    dead = ", but one with no functions" if any(owner in failed for owner, _, _ in left) else ""
     commands = "; ".join(
         f"kubectl annotate node {name} {OWNER_ANNOTATION}- {IN_PROGRESS_ANNOTATION}-"
         for _, name, _ in left[:SHOWN]
@@ -79,15 +79,16 @@ def leftover_claims(cloudformation: Any, api_client: Any, deployment: Any) -> li
         "BudgetNamespace) leaves the node alone until the claim is nine days old: each terminate action of its "
         "instance is completed at the drain timeout with the node undrained "
         "(outcome node-owned-by:OWNER, a NodeClaimedElsewhere event on the node), its pods never evicted",
-        f"{unread}{_functions_gone(failed, left)}if no stack of another account or region has that owner id (its drain would lose the node), clear "
+        f"{unread}{_functions_gone(failed, left)}if no stack of another account or region has that owner id "
+        "(its drain would lose the node), clear "
         f"each claim: {commands}{listing}; the next drain of the node adopts it",
     )
     return [finding]
 
 
-def _functions_gone(failed: dict[str, tuple[str, str]], left: list[tuple[str, str, str]]) -> str:
+def _functions_gone(failed: dict[str, tuple[str, str, str]], left: list[tuple[str, str, str]]) -> str:
     """What tells that a stack whose deletion failed drains no more: its drain function is gone."""
-    stacks = sorted({failed[owner] for owner, _, _ in left if owner in failed})
+    stacks = sorted({(failed[owner][0], failed[owner][2]) for owner, _, _ in left if owner in failed})
     return "".join(
         f"check that stack {name}'s drain function is gone (aws lambda get-function --function-name {function}: "
         "ResourceNotFoundException); "
@@ -96,32 +97,42 @@ def _functions_gone(failed: dict[str, tuple[str, str]], left: list[tuple[str, st
     )
 
 
-def stack_owners(cloudformation: Any, failed: dict[str, tuple[str, str]] | None = None) -> set[str]:
+# The states of a stack that has no functions, or soon none, though DescribeStacks lists it (with its parameters, and
+# its outputs if it had any): its deletion stopped half way (DELETE_FAILED), its creation rolled back
+# (ROLLBACK_COMPLETE: "any resources that were created during the create stack operation are deleted") or stopped
+# rolling back (ROLLBACK_FAILED), or a change set never executed (REVIEW_IN_PROGRESS: "without any templates or
+# resources"; AWS CloudFormation User Guide, stack status codes). A deletion or rollback removes the rules and
+# functions first (they depend on the roles, queues and table), before what it usually stops at.
+NO_FUNCTIONS = ("DELETE_FAILED", "ROLLBACK_COMPLETE", "ROLLBACK_FAILED", "REVIEW_IN_PROGRESS")
+
+
+def stack_owners(cloudformation: Any, failed: dict[str, tuple[str, str, str]] | None = None) -> set[str]:
     """The owner ids the region's nodecycle stacks drain as: a claim of one is not reported. A stack's OwnerId
     output, once created (what its functions drain as: the OwnerId parameter, or the stack's name when that is
     empty); before its outputs are there, the same from its OwnerId parameter. A stack's name is no owner by itself:
     a stack whose OwnerId names another (set, or changed since its first deployment) leaves its name's claims to no
     one, and a stack of another template that took a removed stack's name renews none of them. Stacks being
-    deleted count: their functions may still drain. A stack whose deletion failed (DELETE_FAILED) does not:
-    DescribeStacks lists it with its outputs, but its deletion removes its rules and functions (which depend on
-    its roles, queues and table) first, before what such a deletion usually stops at, so that nothing of it drains
-    or sweeps any more; its owner goes into ``failed`` with the stack's name and its drain function's, for the finding to say why."""
+    deleted count: their functions may still drain. A stack in one of NO_FUNCTIONS does not: nothing of it drains
+    or sweeps; its owner goes into ``failed``, with the stack's name, its state and its drain function's name (when
+    an output names it), for the finding to say why."""
     owners: set[str] = set()
     for page in cloudformation.get_paginator("describe_stacks").paginate():
         for stack in page["Stacks"]:
             outputs = stack_outputs(stack)
-            if stack.get("StackStatus") == "DELETE_FAILED":
-                if failed is not None and outputs.get("OwnerId"):
-                    named = (stack["StackName"], outputs.get("DrainFunctionName", ""))
-                    failed.setdefault(outputs["OwnerId"], named)
-                continue
             parameters = {
                 p["ParameterKey"]: p.get("ParameterValue", "") for p in stack.get("Parameters") or []
             }
             if "OwnerId" in outputs:
-                owners.add(outputs["OwnerId"])
+                owner = outputs["OwnerId"]
             elif "OwnerId" in parameters:  # (being created: no outputs yet)
-                owners.add(parameters["OwnerId"] or stack["StackName"])
+                owner = parameters["OwnerId"] or stack["StackName"]
+            else:
+                continue  # (not a nodecycle stack)
+            status = stack.get("StackStatus", "")
+            if status not in NO_FUNCTIONS:
+                owners.add(owner)
+            elif failed is not None and owner:
+                failed.setdefault(owner, (stack["StackName"], status, outputs.get("DrainFunctionName", "")))
     return owners - {""}
 
 
