@@ -319,3 +319,43 @@ def test_a_deleted_nodes_pod_of_an_ending_namespace_podgc_removes_before_its_sho
     record = record.model_copy(update=dict(waiting.changes))
     settled = step(record, own + timedelta(seconds=1))
     assert (settled.then, settled.changes.get("outcome")) == (Step.COMPLETE, "node-gone"), settled
+
+
+def test_a_deleted_nodes_pod_whose_deletion_someone_else_shortened_into_the_past_is_waited_out_for_that_grace(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a drain whose node object was deleted while its instance runs, the last of its pods there being deleted by
+    # someone else (a rollout, with a grace of 5 minutes), the others stopped by their kubelet
+    record, start = _evicting(cluster)
+    slow = _deleted_by_someone_else(server, cluster, 300)
+    server.remove_node(NODE)
+    for pod in web_pods(cluster):
+        if pod.uid != slow.uid:
+            cluster.delete_pod(pod, 0)
+
+    # When someone else shortens that deletion to 20 s (an operator's kubectl delete --grace-period=20): the API server
+    # counts the new deadline from the first delete (rest.BeforeDelete: the old deadline less the old grace, plus the
+    # new one), while the pod's kubelet, which sees the shorter grace, restarts its kill with it from then (up to
+    # Kubernetes 1.32 the deadline may land in the past: kubernetes#122646). Here the drain looks a second past that
+    # deadline, as it would had the shortening come 21 s after the first delete: it cannot tell when it came
+    cluster.delete_pod(slow, 20)
+    shortened = next(p for p in cluster.pods_on(NODE) if p.uid == slow.uid)
+    assert (shortened.deletion_grace, shortened.deletion_at is not None) == (20, True)
+    assert shortened.deletion_at is not None
+    first_look = shortened.deletion_at + timedelta(seconds=1)
+    step = evict(cluster)
+    outcome = step(record, first_look)
+
+    # Then it does not complete the action under that pod: its kubelet may be stopping it for 20 s more
+    assert (outcome.then, outcome.again) == (None, True), outcome
+    assert outcome.delay <= 21
+
+    # When podgc's quarantine ends and it force-deletes the pod from the API, Then the drain settles once that grace,
+    # counted from its first look, is over
+    _podgc_removes_them(server, cluster)
+    record = record.model_copy(update=dict(outcome.changes))
+    waiting = step(record, first_look + timedelta(seconds=10))
+    assert (waiting.then, waiting.again) == (None, True), waiting
+    record = record.model_copy(update=dict(waiting.changes))
+    settled = step(record, first_look + timedelta(seconds=21))
+    assert (settled.then, settled.changes.get("outcome")) == (Step.COMPLETE, "node-gone"), settled

@@ -112,6 +112,14 @@ ORPHANS_STOPPING = "orphans_stopping_until"
 # ORPHANS_STOPPING, so that a later pass whose shortening of it is taken drops it: folded into that latest moment,
 # the drain waited for that deadline (up to its own) for a pod its kubelet stopped within the shorter grace
 ORPHANS_UNSHORTENED = "orphans_unshortened_until"
+# record.extra key: by uid, each pod bound to a deleted node's name that is being deleted, the grace of its deletion
+# (deletionGracePeriodSeconds) and the earliest moment the drain knows that grace was given by: the pass that asked
+# it, else the first poll that listed the pod with it. A deletion shortened by someone else has its deadline counted by
+# the API server from the first delete (rest.BeforeDelete: the old deadline less the old grace, plus the new one; up
+# to Kubernetes 1.32 possibly in the past, kubernetes#122646), while its kubelet restarts the pod's kill with the
+# shorter grace from when it sees it: past that deadline, the pod may still be stopping for that grace from then, a
+# moment no later than the poll that first saw the grace (see _overdue_stopping)
+ORPHANS_DELETING = "orphans_deleting_seen"
 # record.extra key: when a poll last found the drain's cordon undone and sent it back to be cordoned again
 RECORDONED = "recordoned"
 
@@ -253,8 +261,48 @@ def _noted_unshortened(
     return {**rest, ORPHANS_UNSHORTENED: live} if live else rest
 
 
+def _deleting_seen(extra: dict[str, Any], pods: list[PodInfo], now: datetime) -> dict[str, list[Any]]:
+    """ORPHANS_DELETING for ``pods``, those bound to a deleted node's name as a poll lists them now: for each being
+    deleted with grace left, its grace and since when it has had it (as noted, when the grace is the one noted; else
+    now). A pod not listed is dropped (gone: what it may still hold is in ORPHANS_STOPPING)."""
+    noted = extra.get(ORPHANS_DELETING)
+    noted = noted if isinstance(noted, dict) else {}
+    seen: dict[str, list[Any]] = {}
+    for pod in pods:
+        if pod.deletion_at is None or not pod.deletion_grace:
+            continue
+        before = noted.get(pod.uid)
+        since = now.isoformat()
+        if isinstance(before, list) and len(before) == 2 and before[0] == pod.deletion_grace:
+            with suppress(TypeError, ValueError):  # (unreadable: seen now)
+                since = datetime.fromisoformat(before[1]).isoformat()
+        seen[pod.uid] = [pod.deletion_grace, since]
+    return seen
+
+
+def _overdue_stopping(pods: list[PodInfo], seen: dict[str, list[Any]], now: datetime) -> list[datetime]:
+    """By when each of ``pods`` listed past its deletion's deadline, grace left (so not dropped by its kubelet yet),
+    is stopped at the latest should its deletion have been shortened by someone else (see ORPHANS_DELETING): its
+    grace from when the drain knows it had it. orphans.holding no longer counts such a pod (with no kubelet, none
+    stops it: podgc ends it), but a live kubelet given a shorter grace stops it only that grace after the shortening,
+    however long ago the deadline the API server counts from the first delete passed."""
+    found = []
+    for pod in pods:
+        if pod.deletion_at is None or pod.deletion_at > now or pod.uid not in seen:
+            continue
+        grace, since = seen[pod.uid]
+        found.append(datetime.fromisoformat(since) + timedelta(seconds=int(grace)))
+    return found
+
+
 def _stopping_until(
-    extra: dict[str, Any], left: list[PodInfo], cap: int, now: datetime, *, shortened: Collection[str] = ()
+    extra: dict[str, Any],
+    left: list[PodInfo],
+    cap: int,
+    now: datetime,
+    *,
+    shortened: Collection[str] = (),
+    overdue: Collection[datetime] = (),
 ) -> datetime | None:
     """By when the pods bound to a deleted node's name, ``left`` now (see orphans.holding), are stopped by their live
     kubelet should they go from the API now, and those gone before them (``extra``'s ORPHANS_STOPPING, as an earlier
@@ -265,12 +313,16 @@ def _stopping_until(
     Podgc force-deletes them all from the API once its quarantine is over (40 s after the node went, whatever their
     grace: gcOrphaned, kube-controller-manager's pkg/controller/podgc), and their kubelet, which sees them removed,
     goes on stopping them with their grace (HandlePodRemoves): their absence from the API is no sign that they have
-    stopped. None: nothing noted, no pod left."""
+    stopped. ``overdue``: by when those listed past their deletion's deadline are stopped (see _overdue_stopping).
+    None: nothing noted, no pod left."""
     found = [
-        pod.deletion_at
-        if pod.deletion_at is not None and pod.uid not in shortened
-        else now + timedelta(seconds=podfilter.grace_for(pod, cap))
-        for pod in left
+        *overdue,
+        *(
+            pod.deletion_at
+            if pod.deletion_at is not None and pod.uid not in shortened
+            else now + timedelta(seconds=podfilter.grace_for(pod, cap))
+            for pod in left
+        ),
     ]
     noted = extra.get(ORPHANS_STOPPING)
     if isinstance(noted, str):
@@ -616,10 +668,12 @@ class Evict:
         now: datetime,
         *,
         outlasting: Collection[PodInfo] = (),
+        deleting: bool = False,
         **changes: Any,
     ) -> Outcome:
         """One pass of evictions over ``asked`` (each pod's grace at most ``cap``), told and counted, then the
-        wait for the next poll: the node's drain, or the pods still bound to a node deleted. ``outlasting``: those
+        wait for the next poll: the node's drain, or the pods still bound to a node deleted (``deleting``: each pod
+        whose deletion this pass asked, or shortened, noted in ORPHANS_DELETING with its grace as of now). ``outlasting``: those
         of a deleted node's pods, among ``asked``, whose deletion by someone else outlasts the cap, noted in
         ORPHANS_STOPPING as stopped within the cap (see _stopping_until): one this pass did not shorten after all
         (its eviction refused by a webhook, failed, gone from the API, or not asked: the pass cut short) is noted at
@@ -639,6 +693,9 @@ class Evict:
         ending_since = _ending_since(record.extra)
         calls = _PodCalls(notes, self._metrics, self._time_left)
         shortened: set[str] = set()  # the pods being deleted whose deletion this pass shortened to the cap
+        given: dict[
+            str, int
+        ] = {}  # the pods whose deletion this pass asked or shortened, and the grace it gave
 
         def tell_once(pod: PodInfo, reason: str, message: str) -> None:
             """Tell of ``pod``'s refusal once per pod and drain, a few per pass: it is asked again at every poll."""
@@ -658,8 +715,13 @@ class Evict:
             if result.kind is Eviction.NAMESPACE_TERMINATING and pod.terminating:
                 if self._shorten(pod, grace):
                     shortened.add(pod.uid)
-            elif result.kind is Eviction.EVICTED and pod.terminating:
-                shortened.add(pod.uid)  # (an eviction of a pod being deleted is that delete with its grace)
+                    given[pod.uid] = grace
+            elif result.kind is Eviction.EVICTED:
+                given[pod.uid] = grace
+                if pod.terminating:
+                    shortened.add(
+                        pod.uid
+                    )  # (an eviction of a pod being deleted is that delete with its grace)
             return result
 
         answered: set[str] = set()
@@ -764,6 +826,15 @@ class Evict:
             extra[ENDING_SINCE] = {ns: at.isoformat() for ns, at in ending_since.items() if at is not None}
         if outlasting or ORPHANS_UNSHORTENED in extra:
             extra = _noted_unshortened(extra, outlasting, shortened, now)
+        if deleting and given:
+            # (a deletion this pass gave has that grace from now on, or a shorter one someone else gives later: the
+            # next poll that lists it so keeps this moment, or notes its own)
+            noted = extra.get(ORPHANS_DELETING)
+            seen = dict(noted) if isinstance(noted, dict) else {}
+            extra[ORPHANS_DELETING] = {
+                **seen,
+                **{uid: [grace, now.isoformat()] for uid, grace in given.items()},
+            }
         # (the next look no later than the deadline, where the timeout policy acts: see _until_deadline)
         wait = _until_deadline(max(_poll_delay(polls, policy.poll_seconds), asked_wait), deadline, now)
         return Outcome.wait(
@@ -893,7 +964,15 @@ class Evict:
         # deletion to the drain's deadline, once podgc removed it from the API)
         outlasting = podfilter.outlasting(left, cap, now)
         asked = podfilter.to_evict(pods) + outlasting
-        noted = _stopping_until(record.extra, left, cap, now, shortened={pod.uid for pod in outlasting})
+        seen = _deleting_seen(record.extra, pods, now)
+        noted = _stopping_until(
+            record.extra,
+            left,
+            cap,
+            now,
+            shortened={pod.uid for pod in outlasting},
+            overdue=_overdue_stopping(pods, seen, now),
+        )
         # (and those a pass did not shorten, at their own deadline, until a pass does: kept apart, see
         # ORPHANS_UNSHORTENED)
         stopping = max(
@@ -932,10 +1011,12 @@ class Evict:
         changes = (
             {} if record.drain_paused_at is None else {"drain_deadline": deadline, "drain_paused_at": None}
         )
+        extra = {key: value for key, value in record.extra.items() if key != ORPHANS_DELETING}
         if noted is not None:
-            record = record.model_copy(
-                update={"extra": {**record.extra, ORPHANS_STOPPING: noted.isoformat()}}
-            )
+            extra[ORPHANS_STOPPING] = noted.isoformat()
+        if seen:
+            extra[ORPHANS_DELETING] = seen
+        record = record.model_copy(update={"extra": extra})
         if not left and stopping is not None:
             # Gone from the API within their grace: podgc force-deleted them once its quarantine was over, while
             # their kubelet, alive, still stops them (it kills a pod removed from the API with its grace): the
@@ -950,7 +1031,9 @@ class Evict:
             # Settled as node-gone instead, the action was completed under them, the force never applied, the
             # timeout never counted: they ran on until the instance's end, or podgc's force-delete.
             return self._timed_out(record, now, left, **changes)
-        return self._ask_to_leave(record, asked, cap, deadline, now, outlasting=outlasting, **changes)
+        return self._ask_to_leave(
+            record, asked, cap, deadline, now, outlasting=outlasting, deleting=True, **changes
+        )
 
     def _tell(
         self, record: LifecycleRecord, pod: PodInfo, reason: str, why: str, *, what: str = "Eviction"
