@@ -9,6 +9,8 @@ from __future__ import annotations
 
 from datetime import timedelta
 
+from kubernetes.client import CoreV1Api
+
 from nodecycle.adapters.kube.cluster_api import KubeCluster
 from nodecycle.adapters.kube.eks_access import EksCluster
 from nodecycle.domain.drain.acquire import AcquireSlot
@@ -16,7 +18,7 @@ from nodecycle.domain.model import LifecycleRecord, Step
 from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.ports.cluster import Claim, NodeInfo
 from nodecycle.domain.ports.instances import Instances
-from nodecycle_sandbox.kube import KubeServer
+from nodecycle_sandbox.kube import SHUTDOWN_ANNOTATION, KubeServer
 from tests.integration.kube.cluster import evict_step
 from tests.integration.kube.test_kube_drain_steps import (
     DEADLINE,
@@ -227,3 +229,38 @@ def test_a_node_object_deleted_between_the_cordons_read_and_its_claim_has_its_po
 
 def pods_bound(server: KubeServer) -> bool:
     return any(pod["spec"].get("nodeName") == NODE for pod in server.objects("pods", "shop"))
+
+
+def test_a_first_ask_for_a_deleted_node_whose_last_pods_shortened_deletion_is_past_its_deadline_takes_its_slot(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a terminate action whose instance's node object was deleted while the instance runs, the last of its pods
+    # bound to the node's name being deleted by someone else (a rollout, with a grace of 5 minutes), the others stopped
+    slow = web_pods(cluster)[0]
+    CoreV1Api(server.api_client()).patch_namespaced_pod(
+        slow.name, slow.namespace, {"metadata": {"annotations": {SHUTDOWN_ANNOTATION: "86400"}}}
+    )
+    cluster.delete_pod(slow, 300)
+    server.remove_node(NODE)
+    for pod in web_pods(cluster):
+        if pod.uid != slow.uid:
+            cluster.delete_pod(pod, 0)
+
+    # and that deletion shortened to 20 s by someone else (kubectl delete --grace-period=20): the API server counts its
+    # new deadline from the first delete (rest.BeforeDelete), the kubelet kills the pod with the shorter grace from
+    # then. The first ask looks a second past that deadline, as it would had the shortening come 21 s after the first
+    # delete: it cannot tell when it came
+    cluster.delete_pod(slow, 20)
+    shortened = next(p for p in cluster.pods_on(NODE) if p.uid == slow.uid)
+    assert shortened.deletion_at is not None
+    assert shortened.deletion_grace == 20
+    slots = FakeSlots()
+
+    # When it asks for a slot
+    outcome = ask(cluster, slots, Dns())(first_ask(), shortened.deletion_at + timedelta(seconds=1))
+
+    # Then its drain takes a slot for the node's name, to wait for that pod, rather than settling the action
+    # (node-not-found: completed, the instance terminated while the pod's kubelet still stops it)
+    assert (outcome.then, outcome.again) == (None, False), outcome
+    assert outcome.changes["node"] == NODE
+    assert slots.holders == {NODE}

@@ -326,7 +326,7 @@ def test_a_deleted_nodes_pod_whose_deletion_someone_else_shortened_into_the_past
 ) -> None:
     # Given a drain whose node object was deleted while its instance runs, the last of its pods there being deleted by
     # someone else (a rollout, with a grace of 5 minutes), the others stopped by their kubelet
-    record, start = _evicting(cluster)
+    record, _ = _evicting(cluster)
     slow = _deleted_by_someone_else(server, cluster, 300)
     server.remove_node(NODE)
     for pod in web_pods(cluster):

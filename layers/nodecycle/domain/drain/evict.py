@@ -29,7 +29,7 @@ from nodecycle.domain.drain.common import (
     _until_deadline,
     _wake,
 )
-from nodecycle.domain.drain.orphans import NOTHING_CORDONED, holding
+from nodecycle.domain.drain.orphans import NOTHING_CORDONED, holding, overdue
 from nodecycle.domain.drain.pod_notes import BLOCKED, DELETION, FAILING, PodNotes
 from nodecycle.domain.engine import Outcome
 from nodecycle.domain.errors import Contended, TransientError, retry_after_wait
@@ -287,8 +287,8 @@ def _overdue_stopping(pods: list[PodInfo], seen: dict[str, list[Any]], now: date
     stops it: podgc ends it), but a live kubelet given a shorter grace stops it only that grace after the shortening,
     however long ago the deadline the API server counts from the first delete passed."""
     found = []
-    for pod in pods:
-        if pod.deletion_at is None or pod.deletion_at > now or pod.uid not in seen:
+    for pod in overdue(pods, now):
+        if pod.uid not in seen:
             continue
         grace, since = seen[pod.uid]
         found.append(datetime.fromisoformat(since) + timedelta(seconds=int(grace)))

@@ -28,15 +28,30 @@ NOTHING_CORDONED = "node_deleted_at_cordon"
 def holding(pods: list[PodInfo], now: datetime) -> list[PodInfo]:
     """Those of ``pods``, bound to the name of a node that is gone, that hold a drain: those to ask to leave, and
     those on their way out within their deletion's grace (the live kubelet of a running instance is stopping
-    them). One past its deletion's deadline has no kubelet to stop it: the pod garbage collector ends it."""
+    them). One past its deletion's deadline is not among them: with no kubelet, none stops it (the pod garbage
+    collector ends it); with its deletion shortened by someone else, its kubelet may still be (see :func:`overdue`)."""
     left = podfilter.remaining(pods)
     asked = podfilter.to_evict(left)
     return [pod for pod in left if pod in asked or (pod.deletion_at is not None and now < pod.deletion_at)]
 
 
+def overdue(pods: list[PodInfo], now: datetime) -> list[PodInfo]:
+    """Those of ``pods``, bound to the name of a node that is gone, past their deletion's deadline with grace left
+    (deletionGracePeriodSeconds above 0: their kubelet has not finished them). :func:`holding` leaves them out, but
+    one whose deletion someone else shortened may still be stopping: kube-apiserver counts a shortened deletion's
+    deadline from the first delete (rest.BeforeDelete), while the kubelet kills the pod with the shorter grace from
+    when it sees it. The drain waits that grace from when it first saw it so (see drain/evict.py, ORPHANS_DELETING)."""
+    return [
+        pod
+        for pod in podfilter.remaining(pods)
+        if pod.deletion_at is not None and pod.deletion_at <= now and pod.deletion_grace
+    ]
+
+
 def still_bound(pods: list[PodInfo], now: datetime) -> bool:
-    """Whether ``pods``, those bound to the name of a node that is gone, hold a drain (see :func:`holding`)."""
-    return bool(holding(pods, now))
+    """Whether ``pods``, those bound to the name of a node that is gone, hold a drain: some to ask to leave or on
+    their way out (see :func:`holding`), or past their deadline and maybe still stopping (see :func:`overdue`)."""
+    return bool(holding(pods, now) or overdue(pods, now))
 
 
 def deleted_node(
