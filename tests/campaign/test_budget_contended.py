@@ -1,7 +1,8 @@
 """The scenario's PodDisruptionBudget contended (chaos/outages.py's ``kube-budget-contended``): its status written by
 others at every try of the eviction handler's, as under many evictions at once, so that each eviction it would allow
-is answered, about 10 s late, 504 Timeout "couldn't update PodDisruptionBudget ... due to conflicts" with Retry-After
-10 (kube-apiserver, pkg/registry/core/pod/storage/eviction.go). The judges hold under it."""
+is answered, about 10 s late, the last conflict of its status write: a 409 on the poddisruptionbudgets.policy object
+(kube-apiserver, pkg/registry/core/pod/storage/eviction.go, through retry.RetryOnConflict). The judges hold under
+it."""
 
 from __future__ import annotations
 

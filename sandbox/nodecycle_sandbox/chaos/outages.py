@@ -11,8 +11,8 @@ controller uses, so that the product meets the real answers:
   metadata every ``value`` seconds through the API server: every conditional write of nodecycle's in between meets a
   real 409, the document itself unchanged;
 - ``kube-budget-contended``: the scenario's PodDisruptionBudget's status written by others at every try of the
-  eviction handler's (``KubeServer.contend_budget``): each eviction under it it would allow is answered 504 "due to
-  conflicts", Retry-After 10, about 10 s late, as kube-apiserver answers under many evictions at once;
+  eviction handler's (``KubeServer.contend_budget``): each eviction under it it would allow is answered the budget's
+  409 Conflict about 10 s late, as kube-apiserver answers under many evictions at once;
 - ``work-replay``: once the story is over, its oldest work messages to a function sent again to their queue hours
   later (a dead-letter queue redriven), every function's clock moved on by as much while they are handled.
 

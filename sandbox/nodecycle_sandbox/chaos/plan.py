@@ -19,7 +19,7 @@ With faults, outages are drawn last of all, each from a stream of its own (:func
 :func:`draw_iam_detached`, :func:`draw_third_writer`, :func:`draw_work_replay`, :func:`draw_budget_contended`; set
 by ``chaos/outages.py``): an event source mapping disabled for a while, one function's role without its policy, a
 third writer of the budget ConfigMap, work messages replayed hours after the story, and the scenario's
-PodDisruptionBudget contended (its evictions answered 504 "due to conflicts").
+PodDisruptionBudget contended (its evictions answered the budget's 409 Conflict).
 """
 
 from __future__ import annotations
@@ -480,7 +480,7 @@ def draw_work_replay(rng: random.Random) -> tuple[Fault, ...]:
 
 # How long the scenario's PodDisruptionBudget stays contended at most: as long as the cluster's refusals, so that
 # drains meet their timeout policy under it (each eviction it answers holds its caller about 10 s: the eviction
-# handler's 20 tries of its status write, 500 ms apart, before its 504)
+# handler's 20 tries of its status write, 500 ms apart, before its answer)
 BUDGET_CONTENDED_LONGEST = KUBE_REFUSAL_LONGEST
 
 
@@ -488,8 +488,9 @@ def draw_budget_contended(rng: random.Random) -> tuple[Fault, ...]:
     """The scenario's PodDisruptionBudget contended from ``start`` to ``stop`` (``KubeServer.contend_budget``): its
     status written by others (many evictions at once under it: a refresh of many nodes, several stacks, another
     tool's drains) at every try of the eviction handler's status write, each eviction it would allow answered,
-    about 10 s late, 504 Timeout "couldn't update PodDisruptionBudget ... due to conflicts" with Retry-After 10
-    (kube-apiserver, pkg/registry/core/pod/storage/eviction.go: EvictionsRetry, then errors.NewTimeoutError(..., 10));
+    about 10 s late, the last conflict of its status write, a 409 on the poddisruptionbudgets.policy object
+    (kube-apiserver, pkg/registry/core/pod/storage/eviction.go: EvictionsRetry; retry.RetryOnConflict returns that
+    conflict, never the ErrWaitTimeout the handler would answer 504 Timeout "... due to conflicts");
     one it has no room for is still answered 429 at once. Nothing else is held up: the other pods of a drain are."""
     if rng.random() >= OUTAGE_SHARE:
         return ()

@@ -47,12 +47,15 @@ DISRUPTION_TARGET = {
 # the eviction's preconditions refused after the budget check).
 DELETION_TIMEOUT_SECONDS = 120.0
 # evictionREST's EvictionsRetry: how many times, and how far apart, the delete of a pod evicted without its budgets
-# is tried when it meets a conflict; so is the budget's status write of one evicted under a budget, after which
-# the handler answers 504 Timeout "couldn't update PodDisruptionBudget %q due to conflicts" with Retry-After 10
-# (pkg/registry/core/pod/storage/eviction.go: errors.NewTimeoutError(..., 10) once the retries run out)
+# is tried when it meets a conflict; so is the budget's status write of one evicted under a budget, after which the
+# handler answers that write's last conflict: a 409 Conflict on the poddisruptionbudgets.policy object, with no
+# Retry-After. Its code means a 504 Timeout "couldn't update PodDisruptionBudget %q due to conflicts" with Retry-After
+# 10 (pkg/registry/core/pod/storage/eviction.go: `if err == wait.ErrWaitTimeout { err = errors.NewTimeoutError(...,
+# 10) }`), but retry.RetryOnConflict never returns ErrWaitTimeout: once its steps run out it returns the last
+# conflict error instead (client-go util/retry OnError: `if err == wait.ErrWaitTimeout { err = lastErr }`; see
+# kubernetes/client-go#427), so that 504 is never sent
 CONFLICT_RETRIES = 20
 CONFLICT_RETRY_SECONDS = 0.5
-BUDGET_CONFLICTS_RETRY_AFTER = 10
 # checkAndDecrement's MaxDisruptedPodSize: more evictions not yet confirmed by the disruption controller are refused
 MAX_DISRUPTED_PODS = 2000
 
@@ -231,7 +234,7 @@ def evict(
     # resourceVersion of its own (evictionREST.Create: retry.OnError(EvictionsRetry, errors.IsConflict, ...)): its
     # 409 comes about 10 s late
     # A budget's status write that meets a conflict (another eviction under it, its controller) is tried again
-    # CONFLICT_RETRIES times in all as well, whatever the request names, and then answered 504
+    # CONFLICT_RETRIES times in all as well, whatever the request names, and then answered with its last conflict
     tries = 1 if (options.get("preconditions") or {}).get("resourceVersion") else CONFLICT_RETRIES
     for attempt in range(1, CONFLICT_RETRIES + 1):
         try:
@@ -241,14 +244,8 @@ def evict(
                 raise conflict.error from None
         except _BudgetWriteConflict as conflict:
             if attempt == CONFLICT_RETRIES:
-                raise errors.ApiError(
-                    504,
-                    "Timeout",
-                    # (apimachinery's NewTimeoutError: "Timeout: " and the message, details.retryAfterSeconds)
-                    f'Timeout: couldn\'t update PodDisruptionBudget "{conflict.budget}" due to conflicts',
-                    {},
-                    retry_after=BUDGET_CONFLICTS_RETRY_AFTER,
-                ) from None
+                # (the status write's own error, as RetryOnConflict returns it: see CONFLICT_RETRIES)
+                raise errors.stale_resource_version(PDBS, conflict.budget) from None
         time.sleep(CONFLICT_RETRY_SECONDS)  # (without the store's lock)
     raise AssertionError("unreachable")
 

@@ -433,8 +433,9 @@ class KubeServer:
         """Other writers keep updating the PodDisruptionBudget (or, ``contended`` False, no longer do): many
         evictions at once under it (several drains, several stacks), the disruption controller's status writes.
         Each eviction it would allow meets a conflict at its status write, at every one of the eviction handler's
-        tries, and is answered 504 Timeout "couldn't update PodDisruptionBudget ... due to conflicts", Retry-After 10,
-        about 10 s late (see eviction.evict); an eviction it has no room for is still answered 429 at once."""
+        tries, and is answered that write's last conflict, 409 on the poddisruptionbudgets.policy object, no
+        Retry-After, about 10 s late (see eviction.CONFLICT_RETRIES); an eviction it has no room for is still answered
+        429 at once."""
         with self._store.lock:
             if contended:
                 self._store.contended_budgets.add((namespace, name))

@@ -1,9 +1,11 @@
 """A PodDisruptionBudget other writers keep updating (many evictions at once under it: a refresh draining many nodes,
 several stacks), on the real Kubernetes adapter against the sandbox API server: kube-apiserver's eviction handler
-tries its status write 20 times, 500 ms apart, and then answers 504 Timeout "couldn't update PodDisruptionBudget
-"web" due to conflicts" with Retry-After 10 (pkg/registry/core/pod/storage/eviction.go, EvictionsRetry and
-errors.NewTimeoutError). That Retry-After is the budget's, not the server's: taken for a server shedding load, it
-stopped the drain's whole pass, and the pods of other budgets were not asked until the next poll."""
+tries its status write 20 times, 500 ms apart (pkg/registry/core/pod/storage/eviction.go, EvictionsRetry), and then
+answers that write's last conflict: a 409 Conflict on poddisruptionbudgets.policy "web", no Retry-After (retry.
+RetryOnConflict returns the last conflict once its steps run out, client-go util/retry; kubernetes/client-go#427:
+the handler's 504 Timeout "... due to conflicts" with Retry-After 10 is never sent). That 409 is the budget's, not
+the pod's: read as the pod gone (the 409 of a uid precondition), the pass went on to the controller's other pods
+under the same budget, each another 10 s; taken for a server shedding load, it stopped the drain's whole pass."""
 
 from __future__ import annotations
 

@@ -1,6 +1,6 @@
 """A contended PodDisruptionBudget over several pods of the node (see test_kube_drain_budget_conflicts.py): each of
-its evictions is answered 504 "due to conflicts" about 10 s late (kube-apiserver's 20 tries of its status write, 500
-ms apart). A pass that spent its failures on them stopped before the node's other pods, pass after pass while the
+its evictions is answered the budget's 409 Conflict about 10 s late (kube-apiserver's 20 tries of its status write,
+500 ms apart). A pass that spent its failures on them stopped before the node's other pods, pass after pass while the
 budget's pods not yet asked came first (those never failed go first), so that the others waited a pass and its
 Retry-After for every two of them."""
 

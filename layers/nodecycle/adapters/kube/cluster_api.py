@@ -63,9 +63,18 @@ LEGACY_ZONE_LABEL = "failure-domain.beta.kubernetes.io/zone"
 # The eviction subresource's words for a pod that more than one PodDisruptionBudget selects: a Status of code 500,
 # which kube-apiserver answers with 201 Created (read as the refusal it is: see core_v1._raise_failure_status)
 MULTIPLE_BUDGETS = "more than one PodDisruptionBudget"
-# The eviction subresource's words, in a 504 Timeout with Retry-After 10, once its 20 tries of the budget's status
-# write have all met a conflict (pkg/registry/core/pod/storage/eviction.go: EvictionsRetry, NewTimeoutError)
+# Once the eviction subresource's 20 tries of the budget's status write, 500 ms apart, have all met a conflict
+# (pkg/registry/core/pod/storage/eviction.go: EvictionsRetry), kube-apiserver answers that write's last error: a 409
+# Conflict on the budget (details.kind poddisruptionbudgets), no Retry-After, for retry.RetryOnConflict returns the
+# last conflict once its steps run out (client-go util/retry OnError; kubernetes/client-go#427), never the
+# ErrWaitTimeout the handler turns into a 504 Timeout "couldn't update PodDisruptionBudget %q due to conflicts" with
+# Retry-After 10. Both are read as the budget's contention: that 504 by its words (a server that sends it), the 409
+# by the kind it names, which a pod's own 409 (its uid precondition: another pod of its name) does not
 BUDGET_CONFLICTS = "due to conflicts"
+BUDGET_KIND = "poddisruptionbudgets"
+# The wait before a pod whose budget answered its contention with no Retry-After is asked again: the 10 s the
+# handler's own 504 means to ask for, and about what its tries already spent
+BUDGET_CONFLICTS_WAIT = 10.0
 # What a metadata-only client asks for one object (its metadata: name, uid, labels, annotations, version), else
 # the object whole from a server that cannot answer so
 METADATA_OBJECT = "application/json;as=PartialObjectMetadata;g=meta.k8s.io;v=v1,application/json"
@@ -499,6 +508,13 @@ class KubeCluster:
                 # (a budget its controller has not observed since its spec changed answers with Retry-After
                 # 10, "still being processed": a refusal with a wait, where a budget without room has none)
                 return EvictionResult(Eviction.BLOCKED, budget, retry_after(error))
+            if _budget_conflict(error):
+                # Its budget's contention (many evictions at once under it), not the server's load, nor the pod
+                # gone: the pod is asked again no sooner than that wait, the pods of other budgets are asked meanwhile
+                raise Contended(
+                    f"evicting pod {pod.namespace}/{pod.name}: HTTP {error.status} {status_message(error)}",
+                    retry_after=retry_after(error) or BUDGET_CONFLICTS_WAIT,
+                ) from error
             if error.status in (404, 409):  # gone, or replaced by a pod of the same name (uid precondition)
                 return EvictionResult(Eviction.GONE)
             if error.status == 500 and MULTIPLE_BUDGETS in status_message(error):
@@ -511,13 +527,6 @@ class KubeCluster:
             if error.status in REFUSING:
                 # This pod's answer, not the cluster's: the other pods of the drain must still be evicted
                 return EvictionResult(Eviction.REFUSED, status_message(error))
-            if error.status == 504 and BUDGET_CONFLICTS in status_message(error):
-                # Its budget's contention (many evictions at once under it), not the server's load: the pod is
-                # asked again no sooner than the Retry-After, the pods of other budgets are asked meanwhile
-                raise Contended(
-                    f"evicting pod {pod.namespace}/{pod.name}: HTTP 504 {status_message(error)}",
-                    retry_after=retry_after(error),
-                ) from error
             with kube_errors(f"evicting pod {pod.namespace}/{pod.name}"):
                 raise
         except HTTPError as error:
@@ -659,6 +668,20 @@ def _test_failed(error: ApiException) -> bool:
 def _delete_options(pod: PodInfo, grace_seconds: int) -> dict[str, Any]:
     # The uid precondition makes sure a pod recreated under the same name (a StatefulSet's) is not hit.
     return {"gracePeriodSeconds": grace_seconds, "preconditions": {"uid": pod.uid}}
+
+
+def _budget_conflict(error: ApiException) -> bool:
+    """Whether an eviction's answer is its budget's contention (see BUDGET_CONFLICTS): a 409 whose details name a
+    PodDisruptionBudget, or a 504 in the words of the eviction handler's timeout."""
+    if error.status == 504:
+        return BUDGET_CONFLICTS in status_message(error)
+    if error.status != 409:
+        return False
+    try:
+        details = json.loads(error.body or "{}").get("details") or {}
+    except (ValueError, AttributeError):
+        return False
+    return isinstance(details, dict) and details.get("kind") == BUDGET_KIND
 
 
 def _disruption_budget_cause(error: ApiException) -> str | None:
