@@ -20,10 +20,19 @@ from tests.unit.foundation.test_engine import World
 
 
 class Dns:
-    """EC2 for a running instance whose private DNS name is NODE's."""
+    """EC2 for a running instance whose private DNS name is NODE's, last started ``started`` (its LaunchTime; None:
+    not told, the gate judges its node by the cluster alone)."""
+
+    started: datetime | None = None  # (for the subclasses that set up their own)
+
+    def __init__(self, started: datetime | None = None) -> None:
+        self.started = started
 
     def private_dns_name(self, instance_id: str) -> str | None:
         return NODE
+
+    def last_started(self, instance_id: str) -> datetime | None:
+        return self.started
 
     def alive(self, instance_ids: Collection[str]) -> set[str]:
         return set(instance_ids)

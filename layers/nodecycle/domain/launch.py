@@ -387,7 +387,7 @@ class ReadinessGate:
                 )
                 return False
         elif record.origin == WARM_POOL:
-            if _back_from_its_pool(node, renewed, record, now, extra):
+            if _back_from_its_pool(node, renewed, record, now, extra, self._instances):
                 return True
         elif _timed_by_intake(record):
             # (at the first read, a renewal since both the launch's start and this look counts)
@@ -436,7 +436,12 @@ def _older_than_its_launch(node: NodeInfo, record: LifecycleRecord) -> bool:
 
 
 def _back_from_its_pool(
-    node: NodeInfo, renewed: datetime | None, record: LifecycleRecord, now: datetime, extra: dict[str, object]
+    node: NodeInfo,
+    renewed: datetime | None,
+    record: LifecycleRecord,
+    now: datetime,
+    extra: dict[str, object],
+    instances: Instances,
 ) -> bool:
     """Whether the kubelet of an instance out of its warm pool (Origin WarmPool) runs: its Lease renewed since the
     launch began, and, when its kubelet was asleep as the launch began (a Stopped or a Hibernated pool's instance),
@@ -463,6 +468,8 @@ def _back_from_its_pool(
     BACK_NO_SOONER of the launch's start (the gate's first look as the event, the intake and the address step bring
     it: most launches): no instance out of a Stopped or Hibernated pool renews its Lease that soon, and a Running
     pool's launch, whose kubelet renewed within that interval (one in two at a look 5 s in), waited 40 s for nothing.
+    Nor a first read later than that whose node's status EC2 dates after the instance's last start
+    (_posted_since_its_last_start): a Running pool's instance, never stopped, whose kubelet posted since its boot.
 
     The kubelet's last renewal is judged against the later of the launch's start and the first read's time (the drain
     function's clock): a launch the intake timed from its own clock, a minute behind, began a minute early by it, and
@@ -480,7 +487,12 @@ def _back_from_its_pool(
     if first_read and (
         renewed is None
         or renewed < max(record.started_at, now) - KUBELET_RENEW_INTERVAL - CLOCK_SKEW
-        or (renewed_since and not posted and now - record.started_at > BACK_NO_SOONER)
+        or (
+            renewed_since
+            and not posted
+            and now - record.started_at > BACK_NO_SOONER
+            and not _posted_since_its_last_start(node, record, instances)
+        )
     ):
         extra[ASLEEP_AT_FIRST_READ] = True
     # (a record whose first read an earlier version made carries no mark: judged by the launch's start alone)
@@ -497,6 +509,35 @@ def _back_from_its_pool(
         node.ready_heartbeat_at,
     )
     return False
+
+
+def _posted_since_its_last_start(node: NodeInfo, record: LifecycleRecord, instances: Instances) -> bool:
+    """Whether the node's status (its Ready condition's heartbeat) was posted since EC2 last started its instance
+    (its LaunchTime, which each start out of the stopped state moves on: see Instances.last_started): the Ready of
+    the kubelet of the instance's current boot. Asked of a launch out of a warm pool whose gate's first read, past
+    BACK_NO_SOONER, found the Lease renewed since the launch began and no status posted since (see
+    _back_from_its_pool): the instance of a Running pool, never stopped, was last started as it went into the pool,
+    and its kubelet posted its status since (at its registration, then every 5 minutes with nothing changed: the
+    ReadyCondition setter stamps lastHeartbeatTime at each post); a Stopped or Hibernated pool's instance was started
+    for this launch, and the heartbeat is its last post before the stop, older than that start by the stop's whole
+    time. Without it that first look could not tell the two, and a Running pool's launch waited 40 s on the same
+    boot (SAME_BOOT_AFTER) for nothing. The heartbeat must be later than the start by CLOCK_SKEW (a kubelet's clock
+    against EC2's): a kubelet posts only once its instance has booted, later than that after EC2's start. EC2 not
+    showing the instance up (an answer that lags its start: see Instances.last_started), not answering or refusing,
+    or a node with no heartbeat: not known, the launch waits for the status post as before."""
+    if node.ready_heartbeat_at is None:
+        return False
+    try:
+        started = instances.last_started(record.instance_id)
+    except TransientError as error:  # (AccessRefused too: its subclass)
+        log.warning(
+            "the last start of instance %s is not answered (%s): its node's Ready is taken for a booted kubelet's "
+            "until it posts its status",
+            record.instance_id,
+            error,
+        )
+        return False
+    return started is not None and node.ready_heartbeat_at >= started + CLOCK_SKEW
 
 
 def _asleep_as_it_began(record: LifecycleRecord) -> bool:

@@ -616,6 +616,9 @@ class NoDns:
     def states(self, instance_ids: Collection[str]) -> dict[str, str]:
         return {instance: self.known[instance] for instance in instance_ids if instance in self.known}
 
+    def last_started(self, instance_id: str) -> datetime | None:
+        return None  # (no start told: a launch's gate judges its node by the cluster alone)
+
 
 @dataclass
 class Ec2Maintenance(NoDns):

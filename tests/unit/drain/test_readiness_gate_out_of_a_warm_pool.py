@@ -78,3 +78,59 @@ def test_a_running_pools_renewal_since_the_launch_found_at_a_first_look_soon_aft
     # within a renewal interval of its launch's start, so that renewal is a live kubelet's (before: taken for a
     # booted one that had not posted its status yet, the launch waited 40 s on the same boot)
     assert opened == 0
+
+
+# The node of an instance in a Running warm pool: its kubelet, running since the instance was launched into the pool
+# an hour before, posted its status (a new Ready heartbeat) since, as it does every 5 minutes with nothing changed
+RAN_ALL_ALONG = BEFORE_THE_POOL.model_copy(update={"ready_heartbeat_at": T0 - timedelta(minutes=3)})
+
+
+@pytest.mark.parametrize("looked_after", [12, 15, 25])
+def test_a_running_pools_renewal_found_at_a_late_first_look_opens_the_gate_when_ec2_shows_no_start_since(
+    looked_after: int,
+) -> None:
+    # Given a launch out of a Running warm pool begun ``looked_after`` s before the gate's first look (past
+    # BACK_NO_SOONER: an address step asked again, a throttled function), its kubelet renewing every 10 s (last 2 s
+    # before the look: since the start), its node's status posted 3 minutes before, and EC2 showing the instance
+    # running, last started (its LaunchTime) an hour before, as it went into the pool
+    cluster = KubeletCluster(nodes={NODE: RAN_ALL_ALONG}, first=T0 - timedelta(seconds=602))
+    renewed = cluster.lease_renewed_at(NODE)
+    assert renewed is not None
+    assert renewed > T0 - timedelta(seconds=looked_after)
+    ec2 = Dns(started=T0 - timedelta(hours=1))
+    gate = gate_on(cluster, ec2, readiness(readiness_timeout_seconds="120", drain_poll_seconds="5"))
+    record = launching(origin="WarmPool", started_at=T0 - timedelta(seconds=looked_after))
+
+    # When the gate polls every 5 s
+    opened = poll_gate(gate, cluster, until=120, joins={}, record=record)
+
+    # Then it opens at its first look: the node's status was posted since the instance's last start, so its Ready is
+    # the running kubelet's own (before: a renewal since the start with no status since was taken for a kubelet booted
+    # out of a Stopped pool, and the launch waited 40 s on the same boot)
+    assert opened == 0
+
+
+@pytest.mark.parametrize("started_before_the_launch", [0, 20])
+def test_a_stopped_pools_renewal_found_at_a_late_first_look_still_waits_for_the_booted_kubelets_status(
+    started_before_the_launch: int,
+) -> None:
+    # Given a launch out of a Stopped warm pool whose gate first looks 15 s in: EC2 started the instance (its
+    # LaunchTime) ``started_before_the_launch`` s before the launch began, its booted kubelet renews its Lease from
+    # 5 s into the launch on, while the node still says Ready with the heartbeat of its last post before the stop
+    stopped_node = BEFORE_THE_POOL.model_copy(update={"ready_heartbeat_at": T0 - timedelta(seconds=90)})
+    cluster = KubeletCluster(
+        nodes={NODE: stopped_node},
+        first=T0 - timedelta(seconds=600),
+        stopped=T0 - timedelta(seconds=80),
+        restarted=T0 + timedelta(seconds=5),
+    )
+    ec2 = Dns(started=T0 - timedelta(seconds=started_before_the_launch))
+    gate = gate_on(cluster, ec2, readiness(readiness_timeout_seconds="120", drain_poll_seconds="5"))
+    record = launching(origin="WarmPool", started_at=T0 - timedelta(seconds=15))
+
+    # When the gate polls every 5 s, the booted kubelet never posting its status
+    opened = poll_gate(gate, cluster, until=120, joins={}, record=record)
+
+    # Then it does not open on that renewal: the node's last status is older than the instance's start, the old boot's
+    # (only the 40 s on the same boot, the resumed hibernation's allowance, opens it)
+    assert opened >= 40

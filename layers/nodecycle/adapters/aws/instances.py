@@ -4,12 +4,13 @@ from __future__ import annotations
 
 import itertools
 from collections.abc import Collection, Iterator
+from datetime import datetime
 from typing import TYPE_CHECKING
 
 from botocore.exceptions import ClientError
 
 from nodecycle.adapters.aws.clients import LazyClient, error_code, transient_errors
-from nodecycle.domain.ports.instances import GONE_STATES, InstanceFacts, ScheduledEvent
+from nodecycle.domain.ports.instances import GONE_STATES, InstanceFacts, ScheduledEvent, up
 
 if TYPE_CHECKING:
     from mypy_boto3_ec2 import EC2Client
@@ -34,6 +35,13 @@ class Ec2Instances:
     def alive(self, instance_ids: Collection[str]) -> set[str]:
         """The instances among ``instance_ids`` that exist and are not terminating."""
         return {instance for instance, state in self.states(instance_ids).items() if state not in GONE_STATES}
+
+    def last_started(self, instance_id: str) -> datetime | None:
+        # (state and LaunchTime of one answer: a lagging one shows the stop with the LaunchTime from before the start)
+        found = next(iter(self.describe([instance_id])), None)
+        if found is None or not up(found["State"]["Name"]):
+            return None
+        return found.get("LaunchTime")
 
     def describe(self, instance_ids: Collection[str]) -> Iterator[InstanceTypeDef]:
         """The instances among ``instance_ids`` that EC2 knows, as DescribeInstances answers them."""

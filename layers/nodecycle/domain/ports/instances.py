@@ -53,6 +53,14 @@ class Instances(Protocol):
         """Instance id -> EC2 state, for those of ``instance_ids`` EC2 still knows (batched calls)."""
         ...
 
+    def last_started(self, instance_id: str) -> datetime | None:
+        """When EC2 last started the instance: its ``LaunchTime``, "the time that the instance was last launched",
+        which each start out of the stopped state (a warm pool's Stopped or Hibernated instance taken out) moves
+        on, as one DescribeInstances answer that shows the instance up (pending or running) tells it. None when EC2
+        does not know the instance, or shows it down: an answer that lags the start (eventual consistency) shows
+        the stop, and the ``LaunchTime`` from before it with it."""
+        ...
+
 
 class ScheduledEvents(Protocol):
     def scheduled_events(self, instance_id: str) -> list[ScheduledEvent]:
