@@ -62,6 +62,9 @@ STATUS_REPORT_SECONDS = 20.0
 # "kube-apiserver default event ttl is 1h"); EKS keeps the default unless the cluster's kubeApiServerConfig sets
 # eventTtl
 EVENT_TTL_SECONDS = 3600.0
+# How long a booted kubelet whose first status post is late says NotReady before Ready (see
+# Controllers.boot_network_lag): the VPC CNI's aws-node takes seconds to start; short here, for the tests' sake
+BOOT_NETWORK_LAG_SECONDS = 1.0
 
 _DAEMON_TOLERATIONS = [
     {"key": "node.kubernetes.io/not-ready", "operator": "Exists", "effect": "NoExecute"},
@@ -143,6 +146,11 @@ class Controllers:
         # The same, node by node, over boot_status_lag: one sandbox's nodes booting with and without the lag
         self.boot_status_lags: dict[str, float] = {}
         self._boot_status_at: dict[str, float] = {}  # node -> when its booted kubelet first posts status
+        # How long a kubelet that posts its first status late (boot_status_lag) says NotReady before Ready: its first
+        # post comes as its runtime is up but its network plugin not yet (the ReadyCondition setter's "container
+        # runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady", until the CNI's node agent
+        # has written its config again), the new bootID with it; Ready at the kubelet's next status sync.
+        self.boot_network_lag = BOOT_NETWORK_LAG_SECONDS
         # How often a live kubelet posts its node's status with nothing changed, a new lastHeartbeatTime in its
         # Ready condition: the real one every nodeStatusReportFrequency (5 minutes; kubelet config, "the frequency
         # that kubelet posts node status to master if node status does not change"), at once on a change. Shorter
@@ -341,8 +349,13 @@ class Controllers:
             node = self._store.get(NODES, "", name)
             if node is not None and self._kubelet.alive_on(name):
                 posted = node_lifecycle.reachable(node, self._kubelet.now_on(name), booted=True)
+                if self.boot_network_lag > 0:
+                    # (NotReady first, its network plugin not ready yet: Ready at its next status sync)
+                    posted = node_lifecycle.network_not_ready(posted, self._kubelet.now_on(name))
+                    self._node_ready_at[name] = mono + self.boot_network_lag
+                else:
+                    posted_ready.add(name)
                 self._store.write(NODES, posted, verb="update", source=SANDBOX, resource="nodes/status")
-                posted_ready.add(name)
                 changed = True
         ready_due = min((*self._node_ready_at.values(), *self._boot_status_at.values()), default=None)
         return changed, ready_due, min(self._kubelet_lost_at.values(), default=None)

@@ -254,6 +254,22 @@ def reachable(node: JsonObj, now: float, *, booted: bool = False) -> JsonObj:
     return updated
 
 
+def network_not_ready(node: JsonObj, now: float) -> JsonObj:
+    """The node as a booted kubelet's first status post may leave it: NotReady, its runtime up but its network plugin
+    not yet (the kubelet's ReadyCondition setter: "container runtime network not ready: NetworkReady=false
+    reason:NetworkPluginNotReady message:Network plugin returns error: cni plugin not initialized", until the CNI's
+    node agent has written its config on this boot)."""
+    updated = json_copy(node)
+    status = updated.setdefault("status", {})
+    not_ready = {
+        **ready_condition(False, now),
+        "message": "container runtime network not ready: NetworkReady=false reason:NetworkPluginNotReady "
+        "message:Network plugin returns error: cni plugin not initialized",
+    }
+    status["conditions"] = with_condition(status.get("conditions") or [], not_ready, now)
+    return updated
+
+
 def shut_down(node: JsonObj, now: float) -> JsonObj:
     """The NotReady node as the cloud provider leaves it once it finds its instance stopped."""
     updated = json_copy(node)

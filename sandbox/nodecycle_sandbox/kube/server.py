@@ -446,7 +446,8 @@ class KubeServer:
         """How long after its instance booted (a reboot, a start) a kubelet first posts its node's status (Ready,
         the new boot's bootID), its Lease renewed meanwhile, as a real kubelet's may be (see
         Controllers.boot_status_lag). 0, the default: both at once. ``node``: that node's kubelet only (over the
-        lag of all), so that one sandbox's refresh meets nodes with and without the lag."""
+        lag of all), so that one sandbox's refresh meets nodes with and without the lag. A late first status says
+        NotReady, its network plugin not ready yet, and Ready a moment later (Controllers.boot_network_lag)."""
         if seconds < 0:
             raise ValueError(f"boot status lag must not be negative, got {seconds}")
         if node is None:

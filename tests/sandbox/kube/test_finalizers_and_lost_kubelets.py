@@ -414,6 +414,32 @@ def test_the_shutdown_taint_stays_until_the_node_of_the_started_instance_says_re
         wait_until(lambda: shutdown not in _taints(server, node), what="the shutdown taint lifted")
 
 
+def test_a_kubelet_whose_first_status_after_a_boot_is_late_says_not_ready_with_the_new_boot_id_first() -> (
+    None
+):
+    # (the ReadyCondition setter says NotReady while the runtime's network is not ready: the CNI's node agent has not
+    # written its config on this boot yet; the kubelet's next status sync says Ready)
+    with KubeServer(tick_seconds=0.02, node_monitor_grace_seconds=60.0) as server:
+        # Given a node whose instance stopped (its node still Ready within the grace), its kubelet posting its status
+        # 0.5 s after it starts renewing its Lease once the instance boots
+        server.seed({"nodes": nodes_seed(1)})
+        node = node_name(0, 10)
+        before = _boot_id(server, node)
+        server.set_boot_status_lag(0.5, node=node)
+        assert server.instance_stopped(node)
+
+        # When the instance starts again
+        assert server.instance_started(node)
+
+        # Then its first status carries the new boot id and says NotReady (network not ready), then Ready
+        wait_until(lambda: _boot_id(server, node) != before, what="the booted kubelet's first status")
+        found = server.get_object("nodes", node) or {}
+        (ready,) = [c for c in found["status"]["conditions"] if c["type"] == "Ready"]
+        assert (ready["status"], ready["reason"]) == ("False", "KubeletNotReady")
+        assert "NetworkPluginNotReady" in ready["message"]
+        wait_until(lambda: _ready_status(server, node) == "True", what="the kubelet's Ready")
+
+
 def _boot_id(server: KubeServer, node: str) -> str:
     found = server.get_object("nodes", node) or {}
     return str(found["status"]["nodeInfo"]["bootID"])
