@@ -1,12 +1,16 @@
 """Benchmark: what a lifecycle waiting for a budget slot costs in AWS calls per hour.
 
-A waiter's step runs every ``BudgetRetrySeconds`` (30 s): it reads its record (DynamoDB GetItem), finds no
-slot, commits the record (PutItem) and sends its next message (SQS SendMessage); the engine records a
-heartbeat (Auto Scaling RecordLifecycleActionHeartbeat) when the hook's deadline needs one. An hour of
-that is simulated on the real step engine, wired with the template's default timing (heartbeat margin 60 s,
-the work queues' visibility timeout 150 s, resume grace 60 s), over in-memory ports and a fake clock: the
-figures are counts of the calls the engine makes, exact and not timing-sensitive. The Kubernetes side of a
-waiter's step (a node GET, a ConfigMap GET) is the budget's and is left out.
+A waiter's step runs every ``BudgetRetrySeconds`` (30 s): the engine reads its record (DynamoDB GetItem), the
+step asks and finds no slot, the engine commits the record (PutItem) and sends its next message (SQS
+SendMessage), and records a heartbeat (Auto Scaling RecordLifecycleActionHeartbeat) when the hook's deadline
+needs one. The step is the product's own (``AcquireSlot``) for a terminate hook, whose asks read the records of
+the disruptions of its instance (a Spot interruption's, a maintenance's, a rebalance's: more GetItems) and whose
+first ask reads the instance's DNS name (EC2 DescribeInstances). An hour of that is simulated on the real step
+engine, wired with the template's default timing (heartbeat margin 60 s, the work queues' visibility timeout
+150 s, resume grace 60 s), over in-memory ports and a fake clock: the figures are counts of the calls the engine
+and the step make, exact and not timing-sensitive. The Kubernetes side of a waiter's step (a node GET, a
+ConfigMap GET) is the budget's and is left out; its node, which no disruption drains, changes as a kubelet posts
+its status (every ``nodeStatusReportFrequency``, 5 minutes by default).
 
 Each run is also checked for the one-fault guarantee: its next run, even retried after a dead invocation
 or a lost message, still comes a margin before the heartbeat deadline. The minimum the deadline needs is
@@ -23,14 +27,19 @@ from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
 from benchmarks.report import Result, Row
-from nodecycle.domain.engine import EngineTiming, Outcome, StepEngine
+from nodecycle.domain.budget.requests import SlotDecision, SlotReason, SlotRequest
+from nodecycle.domain.dispatch import Dispatcher
+from nodecycle.domain.drain.acquire import AcquireSlot
+from nodecycle.domain.engine import EngineTiming, StepEngine
 from nodecycle.domain.errors import TransientError
 from nodecycle.domain.flow import Worker
 from nodecycle.domain.model import ActionRef, LifecycleRecord, Step, Transition, global_deadline
+from nodecycle.domain.nodes import NodeFinder
 from nodecycle.domain.policy import ActionResult
+from nodecycle.domain.ports.cluster import NodeInfo
 from nodecycle.domain.ports.lifecycle import Hook, Membership, WaitingInstance, WorkMessage
 from nodecycle.settings import DrainSettings
-from nodecycle.wiring.common import common
+from nodecycle.wiring.common import common, drain_policy
 from nodecycle.wiring.engines import engine_timing
 
 T0 = datetime(2026, 1, 1, tzinfo=UTC)
@@ -41,6 +50,11 @@ HOOK_TIMEOUTS = (300, 600, 3600)  # a short hook, the README's example, Auto Sca
 THROTTLED = (300, 540)
 VERIFICATION = 1  # the engine's heartbeat before the first disruptive step: proof that the action is real
 PLAN = (Step.ACQUIRE_SLOT, Step.CORDON, Step.EVICT, Step.COMPLETE, Step.CLEANUP, Step.DONE)
+INSTANCE = "i-0123456789abcdef0"
+NODE = "ip-10-0-1-23.eu-west-1.compute.internal"
+STATUS_POSTED_EVERY = (
+    300  # seconds: the kubelet's nodeStatusReportFrequency (its default), which moves the node
+)
 # The template's defaults, through the product's own settings and wiring.
 _ENV = {
     "NODECYCLE_OWNER_ID": "bench",
@@ -54,15 +68,24 @@ _ENV = {
 
 @dataclass
 class Calls:
-    get_item: int = 0
+    get_item: int = 0  # the engine's reads of the waiter's record
+    step_get_item: int = 0  # the step's reads of other records (the disruptions' of the instance)
     put_item: int = 0
     send_message: int = 0
+    describe_instances: int = 0
     heartbeats: int = 0  # RecordLifecycleActionHeartbeat calls, refused (throttled) ones included
     throttled: int = 0
 
     @property
     def total(self) -> int:
-        return self.get_item + self.put_item + self.send_message + self.heartbeats
+        return (
+            self.get_item
+            + self.step_get_item
+            + self.put_item
+            + self.send_message
+            + self.describe_instances
+            + self.heartbeats
+        )
 
 
 class _Clock:
@@ -95,6 +118,85 @@ class _Records:
 
     def open_records(self, owner: str) -> Iterator[LifecycleRecord]:
         return iter(())
+
+
+class _StepRecords:
+    """The records as the step reads them: each a GetItem of its own."""
+
+    def __init__(self, records: _Records, calls: Calls) -> None:
+        self._records = records
+        self._calls = calls
+
+    def get(self, record_id: str) -> LifecycleRecord | None:
+        self._calls.step_get_item += 1
+        return self._records.items.get(record_id)
+
+    def __getattr__(self, name: str) -> object:
+        raise AssertionError(f"a waiter's ask {name}s no record")
+
+
+@dataclass
+class _Cluster:
+    """The waiter's node, which no disruption drains: its version moves as its kubelet posts its status."""
+
+    clock: _Clock
+
+    def _node(self) -> NodeInfo:
+        posts = int((self.clock.now() - T0).total_seconds() // STATUS_POSTED_EVERY)
+        return NodeInfo(
+            name=NODE,
+            instance_id=INSTANCE,
+            zone="eu-west-1a",
+            uid="uid-1",
+            ready=True,
+            owner=None,
+            in_progress=None,
+            resource_version=str(1000 + posts),
+        )
+
+    def find_node(
+        self, instance_id: str, private_dns_name: str | None, *, scan: bool = True
+    ) -> NodeInfo | None:
+        return self._node()
+
+    def get_node(self, name: str) -> NodeInfo | None:
+        return self._node()
+
+    def node_version(self, name: str) -> tuple[str | None, str] | None:
+        node = self._node()
+        return node.uid, node.resource_version
+
+    def __getattr__(self, name: str) -> object:
+        raise AssertionError(f"a waiter's ask calls no {name}")
+
+
+class _Instances:
+    def __init__(self, calls: Calls) -> None:
+        self._calls = calls
+
+    def private_dns_name(self, instance_id: str) -> str | None:
+        self._calls.describe_instances += 1
+        return NODE
+
+    def __getattr__(self, name: str) -> object:
+        raise AssertionError(f"a waiter's ask calls no {name}")
+
+
+class _FullBudget:
+    """A budget without room, the waiter first in line."""
+
+    def acquire(self, request: SlotRequest) -> SlotDecision:
+        return SlotDecision(
+            granted=False, reason=SlotReason.NO_ROOM, holders=1, waiting=1, position=1, ahead=0, room=1
+        )
+
+    def __getattr__(self, name: str) -> object:
+        raise AssertionError(f"a waiter's ask calls no {name}")
+
+
+class _Events:
+    def on_node(self, *args: object, **kwargs: object) -> None:
+        pass
 
 
 class _Queues:
@@ -200,11 +302,22 @@ def simulate(
     records = _Records(calls)
     autoscaling = _Autoscaling(calls, clock, throttled)
     engine_timing = timing()
+    queues = _Queues(calls)
+    ask = AcquireSlot(
+        finder=NodeFinder(_Cluster(clock), _Instances(calls)),  # type: ignore[arg-type]
+        cluster=_Cluster(clock),  # type: ignore[arg-type]
+        slots=_FullBudget(),  # type: ignore[arg-type]
+        dispatcher=Dispatcher(records=records, queues=queues, clock=clock, metrics=_Metrics()),
+        policy=drain_policy(DrainSettings.from_env(_ENV)),
+        metrics=_Metrics(),
+        events=_Events(),  # type: ignore[arg-type]
+        records=_StepRecords(records, calls),  # type: ignore[arg-type]
+    )
     engine = StepEngine(
         worker=Worker.DRAIN,
-        steps={Step.ACQUIRE_SLOT: lambda record, now: Outcome.wait(RETRY_SECONDS)},
+        steps={Step.ACQUIRE_SLOT: ask},
         records=records,
-        queues=_Queues(calls),
+        queues=queues,
         autoscaling=autoscaling,
         clock=clock,
         metrics=_Metrics(),
@@ -216,8 +329,9 @@ def simulate(
     end = T0 + timedelta(hours=hours)
     runs, expired, worst = 0, False, math.inf
     one_fault = engine_timing.redelivery + engine_timing.heartbeat_margin
-    engine_log = logging.getLogger("nodecycle.domain.engine")
-    level, engine_log.level = engine_log.level, logging.ERROR  # throttled heartbeats warn at each retry
+    # (throttled heartbeats warn at each retry, and each ask tells it found no slot)
+    engine_log = logging.getLogger("nodecycle.domain")
+    level, engine_log.level = engine_log.level, logging.ERROR
     try:
         while (current := records.items[record.id]).due_at <= end and current.action_open:
             clock.current = max(clock.current, current.due_at)
@@ -235,9 +349,9 @@ def simulate(
 
 def _waiter(heartbeat_timeout: int) -> LifecycleRecord:
     return LifecycleRecord(
-        id="i-0123456789abcdef0/terminate/bench",
+        id=f"{INSTANCE}/terminate/bench",
         owner="bench",
-        instance_id="i-0123456789abcdef0",
+        instance_id=INSTANCE,
         transition=Transition.TERMINATING,
         token="bench",
         group="nodes",
@@ -306,8 +420,9 @@ def result(found: list[Waited]) -> Result:
             else f", throttled {waited.throttled[0]:.0f}-{waited.throttled[1]:.0f} s"
         )
         details.append(
-            f"{hook}{throttle}: {waited.runs} runs; GetItem {calls.get_item}, PutItem {calls.put_item}, "
-            f"SendMessage {calls.send_message}, RecordLifecycleActionHeartbeat {calls.heartbeats} "
+            f"{hook}{throttle}: {waited.runs} runs; GetItem {calls.get_item} (and {calls.step_get_item} of the "
+            f"disruptions' records), PutItem {calls.put_item}, SendMessage {calls.send_message}, "
+            f"DescribeInstances {calls.describe_instances}, RecordLifecycleActionHeartbeat {calls.heartbeats} "
             f"({calls.throttled} throttled); {'EXPIRED' if waited.expired else 'never expired'}; "
             f"worst slack for one fault {waited.worst_slack:.0f} s"
         )
