@@ -66,6 +66,12 @@ FORCED_SLOT = "forced_slot"  # record.extra key: the slot was taken without room
 # The disruptions without a hook whose drain a later terminate hook of the same instance finds done
 LINKED_CAUSES = (Transition.SPOT_INTERRUPTION, Transition.SCHEDULED_CHANGE, Transition.REBALANCE)
 LINKED_POLL_SECONDS = 5
+# record.extra key: the node's version ({"uid", "resource_version"}) as a terminate hook's ask read it before it read
+# the disruptions' records and found no drain of theirs to go on from or wait for. A drain for a disruption claims and
+# cordons the node (one PATCH, which moves its resourceVersion) before its record says it began, and lets go of it
+# (another) when it is over: a node still unclaimed at that version has no such drain since, and its records are not
+# read again (three strongly consistent GetItems at each ask, every BudgetRetrySeconds, for the whole wait).
+LINKED_NONE_AT = "linked_none_at"
 # record.extra keys: since when the reads of the node fail at the slot's asks (the API server fails them: 5xx, an
 # etcd that times out, throttling; or refuses them: RBAC), and since when that is told
 ASK_UNREAD = "ask_unread"
@@ -230,7 +236,10 @@ class AcquireSlot:
         self._events.on_node(node.name, node.uid, "NodeClaimedElsewhere", message, warning=True)
 
     def __call__(self, record: LifecycleRecord, now: datetime) -> Outcome:
-        if record.transition is Transition.TERMINATING:
+        # (a hook's first ask, its node not looked for yet, reads the disruptions' records before it looks: a node
+        # drained for one is not looked for again; later asks read them after the node, see LINKED_NONE_AT)
+        linked_first = record.transition is Transition.TERMINATING and not record.node
+        if linked_first:
             linked = self._linked(record, now)
             if linked is not None:
                 return linked
@@ -239,6 +248,7 @@ class AcquireSlot:
             if listed is not None:
                 return listed
         extra = record.extra
+        node_read = True  # (False: a node object deleted, its pods still bound to its name)
         try:
             # (a waiter's asks read the node's metadata only while it is the node an ask read whole: see NODE_SEEN)
             node, whole = _node_as_seen(self._cluster, record, record.node) if record.node else (None, True)
@@ -251,7 +261,7 @@ class AcquireSlot:
                 # its name, running: drained as its node's (see drain/orphans.py), not left to the instance's end
                 names = (record.node, record.extra.get(NODE_NAME), extra.get(PRIVATE_DNS))
                 node = deleted_node(self._cluster, record, names, now)
-                whole = False  # (nothing read of a node: nothing to keep of it)
+                whole, node_read = False, False  # (nothing read of a node: nothing to keep of it)
                 if node is not None:
                     log.warning(
                         "the node of instance %s was deleted, pods still bound to its name %s: draining them",
@@ -259,10 +269,27 @@ class AcquireSlot:
                         node.name,
                     )
         except (TransientError, Refused) as error:
+            if record.transition is Transition.TERMINATING and not linked_first:
+                # (a drain for a disruption, over, is gone on from whether or not the node can be read now)
+                linked = self._linked(record, now)
+                if linked is not None:
+                    return linked
             return self._unread(record, error, now)
+        linked_none_at: dict[str, str | None] | None = None
+        if record.transition is Transition.TERMINATING and not linked_first:
+            # (the node as read before the disruptions' records: a drain of theirs begun since would move it)
+            read_at = _version(node) if node is not None and node_read and not _claimed(node) else None
+            if read_at is None or whole or read_at != record.extra.get(LINKED_NONE_AT):
+                linked = self._linked(record, now)
+                if linked is not None:
+                    return linked
+            linked_none_at = read_at
         # (read: a failure after this one counts afresh; the budget's, once the budget answers)
         # (and the wait for another owner, kept by that wait's branch alone)
         extra = {key: value for key, value in extra.items() if key not in _WAITS_OUTSIDE}
+        extra = {key: value for key, value in extra.items() if key != LINKED_NONE_AT}
+        if linked_none_at is not None:
+            extra[LINKED_NONE_AT] = linked_none_at
         if node is None:
             log.warning("no node for instance %s: nothing to drain", record.instance_id)
             self._metrics.count("NodesNotFound")
@@ -877,6 +904,17 @@ def _gave_back(current: LifecycleRecord | None, token: str | None, began: dateti
     if (current.token, current.received_at) != (token, began):
         return False
     return current.finished or current.step is Step.CLEANUP
+
+
+def _version(node: NodeInfo) -> dict[str, str | None]:
+    """What LINKED_NONE_AT keeps of ``node``: its uid and resourceVersion (what any write to it moves)."""
+    return {"uid": node.uid, "resource_version": node.resource_version}
+
+
+def _claimed(node: NodeInfo) -> bool:
+    """Whether ``node`` is claimed by a drain (of this stack or another): the disruptions' records are read at every
+    ask then, as that drain may be a disruption's in progress, whose polls move nothing of the node."""
+    return node.owner is not None or node.in_progress is not None
 
 
 def _earlier_drain(record: LifecycleRecord) -> LifecycleRecord | None:
