@@ -1,0 +1,69 @@
+"""A terminate hook waiting in line, on the real Kubernetes adapter against the sandbox API server: it reads the
+records of the disruptions of its instance again only when its node's version moved (see LINKED_NONE_AT), and a
+Spot interruption's drain begun while it waits moves it (the cordon's PATCH), as does that drain's end (its
+release): the hook waits for the drain, then goes on from it, as when it read those records at every ask."""
+
+from __future__ import annotations
+
+from datetime import timedelta
+
+from nodecycle.adapters.kube.cluster_api import KubeCluster
+from nodecycle.domain.model import Step
+from nodecycle.domain.nodes import NodeFinder
+from nodecycle_sandbox.kube import KubeServer
+from tests.support.fakes import T0
+from tests.unit.drain.test_drain_steps import FakeSlots, NoDns, acquire_after, cordon, spot, terminating
+from tests.unit.drain.test_linked_reads_per_ask import CountedRecords, asked
+
+NODE = "ip-10-0-1-10.eu-west-1.compute.internal"
+INSTANCE = "i-0123456789abcdef0"  # (the unit tests' instance: their Spot and terminate records are of it)
+SEED = {
+    "namespaces": ["shop"],
+    "nodes": [{"privateIp": "10.0.1.10", "instanceId": INSTANCE, "zone": "eu-west-1a"}],
+    "daemonSets": [{"name": "kube-proxy", "namespace": "kube-system"}],
+}
+RETRY = timedelta(seconds=30)  # BudgetRetrySeconds
+
+
+def test_a_spot_drain_begun_while_the_hook_waits_is_seen_through_the_nodes_version(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a terminate hook waiting in line (no room), its node's version unchanged since its first asks
+    records = CountedRecords()
+    step = acquire_after(records, cluster, FakeSlots(room=0))
+    record, now = terminating(Step.ACQUIRE_SLOT, id=f"{INSTANCE}/terminate/token", instance_id=INSTANCE), T0
+    reads = []
+    for _ in range(4):
+        before = records.reads
+        outcome = step(record, now)
+        assert outcome.again, outcome
+        reads.append(records.reads - before)
+        record, now = asked(record, outcome.changes), now + RETRY
+    assert reads == [3, 3, 0, 0]
+    assert record.node == NODE
+
+    # When the instance's Spot interruption cordons the node (the real Cordon step: one PATCH) and drains it
+    interrupted = spot(Step.CORDON, instance_id=INSTANCE, node=NODE, zone="eu-west-1a")
+    cordoned = cordon(cluster, finder=NodeFinder(cluster, NoDns()), slots=FakeSlots(holders={NODE}))(
+        interrupted, now
+    )
+    assert cordoned.then is None, cordoned
+    assert not cordoned.again, cordoned
+    draining = asked(interrupted, {**cordoned.changes, "step": Step.EVICT})
+    assert draining.drain_started_at is not None
+    records.create(draining)
+    waited = step(record, now)
+
+    # Then the hook, its node's version moved, reads the records and waits for that drain
+    assert (waited.again, waited.delay) == (True, 5)
+
+    # When that drain is over and lets go of the node (still cordoned: its instance goes)
+    node = cluster.get_node(NODE)
+    assert node is not None
+    cluster.release_node(node, released_for=draining.id)
+    records.commit(draining.model_copy(update={"step": Step.DONE}), expected_seq=draining.seq)
+    outcome = step(record, now + timedelta(seconds=5))
+
+    # Then the hook goes on from it, asking for no slot
+    assert (outcome.then, outcome.changes["outcome"]) == (Step.COMPLETE, "drained-by:spot-interruption")
+    assert server.get_object("nodes", NODE)["spec"].get("unschedulable") is True
