@@ -17,10 +17,11 @@ read back) could not be caught acting on an older version.
 Here each write of an item to a table the lag is on for is copied to the table's indexes, and to the copies
 an eventually consistent read may read, later: a Query or Scan naming a GSI, and a GetItem, Query or Scan of the
 table (or of a local index) without ``ConsistentRead``, sees each such item as it was before the writes not yet
-copied (absent, if it was); a consistent read, a transaction's read (TransactGetItems: serializable), and the
-reads a write makes of its own item (a condition, ReturnValues) the latest state. (BatchGetItem is not lagged:
-nodecycle does not call it.) The copies of one item's writes arrive in the order of the writes (a later one never
-overtakes an earlier one). Two ways to turn it on:
+copied (absent, if it was); so does a BatchGetItem of a table it does not ask ``ConsistentRead`` of (asked per
+table; moto ignored it and read each key's latest item); a consistent read, a transaction's read
+(TransactGetItems: serializable), and the reads a write makes of its own item (a condition, ReturnValues) the
+latest state. The copies of one item's writes arrive in the order of the writes (a later one never overtakes an
+earlier one). Two ways to turn it on:
 
 - the fault kind ``dynamodb-index-lag`` (armed like the other AWS faults: ``AwsControl.arm_faults``,
   ``Sandbox.arm_faults``): ``target`` a glob over the table's name, ``value`` the seconds a write takes to reach
@@ -276,7 +277,8 @@ def _lagged_read(operation: Callable[..., Any]) -> Callable[..., Any]:
 
 
 # Set while moto serves a GetItem request that did not ask for a consistent read (the backend's get_item is not
-# told ConsistentRead, and is also what writes and transactions read their own items with, consistently).
+# told ConsistentRead, and is also what writes and transactions read their own items with, consistently); and, while
+# it serves a BatchGetItem, the tables it reads without one (``tables``: BatchGetItem asks it per table).
 _EVENTUAL = threading.local()
 
 
@@ -294,10 +296,27 @@ def _eventual_get_request(serve: Callable[..., Any]) -> Callable[..., Any]:
     return get_item
 
 
+def _eventual_batch_request(serve: Callable[..., Any]) -> Callable[..., Any]:
+    @wraps(serve)
+    def batch_get_item(self: DynamoHandler) -> Any:
+        asked = self.body.get("RequestItems") or {}
+        eventual = frozenset(name for name, request in asked.items() if not request.get("ConsistentRead"))
+        if LAG.idle or not eventual:
+            return serve(self)
+        _EVENTUAL.tables = eventual
+        try:
+            return serve(self)
+        finally:
+            _EVENTUAL.tables = frozenset()
+
+    return batch_get_item
+
+
 def _lagged_get(operation: Callable[..., Any]) -> Callable[..., Any]:
     @wraps(operation)
     def get_item(self: DynamoDBBackend, table_name: str, *args: Any, **kwargs: Any) -> Any:
-        if LAG.idle or not getattr(_EVENTUAL, "on", False):
+        eventual = getattr(_EVENTUAL, "on", False) or table_name in getattr(_EVENTUAL, "tables", ())
+        if LAG.idle or not eventual:
             return operation(self, table_name, *args, **kwargs)
         with LOCK:
             table = self.get_table(table_name)
@@ -331,6 +350,7 @@ def install() -> None:
     backend.get_item = _lagged_get(DynamoDBBackend.get_item)
     handler: Any = DynamoHandler
     handler.get_item = _eventual_get_request(DynamoHandler.get_item)
+    handler.batch_get_item = _eventual_batch_request(DynamoHandler.batch_get_item)
     backend.query = _lagged_read(DynamoDBBackend.query)
     backend.scan = _lagged_read(DynamoDBBackend.scan)
     backend.transact_write_items = _transaction(DynamoDBBackend.transact_write_items)

@@ -143,6 +143,26 @@ def test_an_eventually_consistent_read_of_the_table_may_miss_a_write_a_consisten
     assert dynamodb.get_item(TableName=TABLE, Key={"id": {"S": "moving"}})["Item"]["step"]["S"] == "complete"
 
 
+def test_a_batch_read_is_eventually_consistent_unless_it_asks_its_table_for_consistent_reads(
+    dynamodb: Any,
+) -> None:
+    # Given an item, moved on while the table's writes have not reached every copy, and a new one
+    dynamodb.put_item(TableName=TABLE, Item=_open("moving", "evict"))
+    with LAG.held(TABLE):
+        dynamodb.put_item(TableName=TABLE, Item=_open("moving", "complete"))
+        dynamodb.put_item(TableName=TABLE, Item=_open("new", "acquire"))
+        keys = [{"id": {"S": "moving"}}, {"id": {"S": "new"}}]
+
+        def steps(answer: Any) -> dict[str, str]:
+            return {item["id"]["S"]: item["step"]["S"] for item in answer["Responses"][TABLE]}
+
+        # When both are read in one BatchGetItem, Then without ConsistentRead (asked per table; DynamoDB's default
+        # for it as for GetItem) it sees the item as it was and not the new one; with it, every write
+        assert steps(dynamodb.batch_get_item(RequestItems={TABLE: {"Keys": keys}})) == {"moving": "evict"}
+        consistent = dynamodb.batch_get_item(RequestItems={TABLE: {"Keys": keys, "ConsistentRead": True}})
+        assert steps(consistent) == {"moving": "complete", "new": "acquire"}
+
+
 def test_an_item_deleted_while_the_index_lags_is_still_listed_and_another_tables_index_does_not_lag(
     dynamodb: Any,
 ) -> None:
