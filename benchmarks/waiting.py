@@ -22,7 +22,7 @@ from __future__ import annotations
 
 import logging
 import math
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 
@@ -69,7 +69,8 @@ _ENV = {
 @dataclass
 class Calls:
     get_item: int = 0  # the engine's reads of the waiter's record
-    step_get_item: int = 0  # the step's reads of other records (the disruptions' of the instance)
+    step_get_item: int = 0  # the step's reads of another record, one at a time
+    batch_get_item: int = 0  # the step's reads of other records together (the disruptions' of the instance)
     put_item: int = 0
     send_message: int = 0
     describe_instances: int = 0
@@ -81,6 +82,7 @@ class Calls:
         return (
             self.get_item
             + self.step_get_item
+            + self.batch_get_item
             + self.put_item
             + self.send_message
             + self.describe_instances
@@ -121,7 +123,7 @@ class _Records:
 
 
 class _StepRecords:
-    """The records as the step reads them: each a GetItem of its own."""
+    """The records as the step reads them: one a GetItem, several together a BatchGetItem."""
 
     def __init__(self, records: _Records, calls: Calls) -> None:
         self._records = records
@@ -130,6 +132,10 @@ class _StepRecords:
     def get(self, record_id: str) -> LifecycleRecord | None:
         self._calls.step_get_item += 1
         return self._records.items.get(record_id)
+
+    def get_many(self, record_ids: Collection[str]) -> dict[str, LifecycleRecord]:
+        self._calls.batch_get_item += 1
+        return {i: self._records.items[i] for i in record_ids if i in self._records.items}
 
     def __getattr__(self, name: str) -> object:
         raise AssertionError(f"a waiter's ask {name}s no record")
@@ -311,7 +317,7 @@ def simulate(
         policy=drain_policy(DrainSettings.from_env(_ENV)),
         metrics=_Metrics(),
         events=_Events(),  # type: ignore[arg-type]
-        records=_StepRecords(records, calls),  # type: ignore[arg-type]
+        records=_StepRecords(records, calls),
     )
     engine = StepEngine(
         worker=Worker.DRAIN,
@@ -420,8 +426,9 @@ def result(found: list[Waited]) -> Result:
             else f", throttled {waited.throttled[0]:.0f}-{waited.throttled[1]:.0f} s"
         )
         details.append(
-            f"{hook}{throttle}: {waited.runs} runs; GetItem {calls.get_item} (and {calls.step_get_item} of the "
-            f"disruptions' records), PutItem {calls.put_item}, SendMessage {calls.send_message}, "
+            f"{hook}{throttle}: {waited.runs} runs; GetItem {calls.get_item} (and {calls.step_get_item} of other "
+            f"records), BatchGetItem {calls.batch_get_item}, PutItem {calls.put_item}, "
+            f"SendMessage {calls.send_message}, "
             f"DescribeInstances {calls.describe_instances}, RecordLifecycleActionHeartbeat {calls.heartbeats} "
             f"({calls.throttled} throttled); {'EXPIRED' if waited.expired else 'never expired'}; "
             f"worst slack for one fault {waited.worst_slack:.0f} s"

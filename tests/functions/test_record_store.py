@@ -12,7 +12,8 @@ import pytest
 from botocore.exceptions import ClientError
 from moto import mock_aws
 
-from nodecycle.adapters.aws.records import DynamoRecordStore
+from nodecycle.adapters.aws.records import BATCH_GET_REQUESTS, DynamoRecordStore
+from nodecycle.domain.errors import TransientError
 from nodecycle.domain.model import Step
 from nodecycle.domain.ports.lifecycle import ActionClaim, Claimed, TokenTaken
 from tests.support.fakes import T0
@@ -231,3 +232,97 @@ def test_a_token_refusal_that_does_not_name_its_holder_has_it_read(dynamodb: Any
     # When the crossed record is written, Then the refusal names the holder, read from the token's item
     assert store.write_claimed(crossed, None) == TokenTaken(record.id)
     assert client.read == [f"token#{record.token}"]
+
+
+class UnprocessedKeys:
+    """A DynamoDB client whose BatchGetItem answers the first key of a request only and names the others
+    UnprocessedKeys, as DynamoDB does for the keys it could not read (throughput exceeded on them, an internal
+    failure): ``answered_in_part`` requests so, then whole ones (None: every request)."""
+
+    def __init__(self, client: Any, answered_in_part: int | None) -> None:
+        self._client = client
+        self._in_part = answered_in_part
+        self.requests = 0
+
+    def batch_get_item(self, RequestItems: Any) -> Any:  # (botocore's parameter name)
+        self.requests += 1
+        if self._in_part is not None and self.requests > self._in_part:
+            return self._client.batch_get_item(RequestItems=RequestItems)
+        ((table, asked),) = RequestItems.items()
+        first, *others = asked["Keys"]
+        answer = self._client.batch_get_item(RequestItems={table: {**asked, "Keys": [first]}})
+        answer["UnprocessedKeys"] = {table: {**asked, "Keys": others}} if others else {}
+        return answer
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._client, name)
+
+
+def _three_records(dynamodb: Any) -> list[str]:
+    """Three records of an instance written to the table; their ids, and a fourth that none has."""
+    store = DynamoRecordStore(TABLE, ttl=timedelta(days=14), dynamodb=dynamodb)
+    ids = []
+    for cause in ("spot-interruption", "scheduled-change", "rebalance"):
+        record = make_record(PLAN, id=f"i-0123456789abcdef0/{cause}")
+        assert store.create(record)
+        ids.append(record.id)
+    return [*ids, "i-0123456789abcdef0/none"]
+
+
+def test_records_read_together_are_those_that_exist_each_read_as_last_written(dynamodb: Any) -> None:
+    # Given three records, then each moved on while the table's copies lag (the sandbox's lag: an eventually
+    # consistent read, BatchGetItem's default, sees each as it was before)
+    from nodecycle_sandbox.aws.dynamodb_index_lag import LAG, install
+
+    install()
+    ids = _three_records(dynamodb)
+    store = DynamoRecordStore(TABLE, ttl=timedelta(days=14), dynamodb=dynamodb)
+    with LAG.held(TABLE):
+        for record_id in ids[:3]:
+            current = store.get(record_id)
+            assert current is not None
+            assert store.commit(current.model_copy(update={"seq": current.seq + 1}), current.seq)
+
+        # When they are read together, with an id named twice and one no record has
+        found = store.get_many([*ids, ids[0]])
+
+        # Then the three are read, each as last written
+        assert sorted(found) == sorted(ids[:3])
+        assert {record.seq for record in found.values()} == {1}
+        # (the sandbox's lag is on: the same keys read without ConsistentRead are the older items)
+        stale = dynamodb.batch_get_item(RequestItems={TABLE: {"Keys": [{"id": {"S": i}} for i in ids[:3]]}})
+        assert {item["seq"]["N"] for item in stale["Responses"][TABLE]} == {"0"}
+
+
+def test_keys_a_batch_read_leaves_unprocessed_are_asked_again(
+    dynamodb: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given three records, and a table whose first answer reads one key of a request and leaves the others
+    monkeypatch.setattr("nodecycle.adapters.aws.records.time.sleep", lambda seconds: None)
+    ids = _three_records(dynamodb)
+    partial = UnprocessedKeys(dynamodb, answered_in_part=1)
+    store = DynamoRecordStore(TABLE, ttl=timedelta(days=14), dynamodb=partial)  # type: ignore[arg-type]
+
+    # When they are read together
+    found = store.get_many(ids)
+
+    # Then the keys left unprocessed are asked again (botocore does not): all three read, in two requests
+    assert sorted(found) == sorted(ids[:3])
+    assert partial.requests == 2
+
+
+def test_keys_left_unprocessed_at_every_request_are_a_transient_failure(
+    dynamodb: Any, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    # Given a table that reads one key of each request only (throttled for as long as the reads last), and more
+    # keys than requests
+    monkeypatch.setattr("nodecycle.adapters.aws.records.time.sleep", lambda seconds: None)
+    ids = [*_three_records(dynamodb), *(f"i-0123456789abcdef{n}/none" for n in range(1, BATCH_GET_REQUESTS))]
+    partial = UnprocessedKeys(dynamodb, answered_in_part=None)
+    store = DynamoRecordStore(TABLE, ttl=timedelta(days=14), dynamodb=partial)  # type: ignore[arg-type]
+
+    # When they are read together, Then what is left unread after the requests is a failure worth retrying, not
+    # records taken for absent
+    with pytest.raises(TransientError, match="left unprocessed"):
+        store.get_many(ids)
+    assert partial.requests == BATCH_GET_REQUESTS

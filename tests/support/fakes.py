@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import json
 from collections import defaultdict
-from collections.abc import Iterator
+from collections.abc import Collection, Iterator
 from dataclasses import dataclass, field
 from datetime import UTC, datetime, timedelta
 from typing import Any
@@ -113,6 +113,9 @@ class InMemoryRecords:
     def get(self, record_id: str) -> LifecycleRecord | None:
         stored = self.items.get(record_id)
         return None if stored is None else stored.model_copy(deep=True)
+
+    def get_many(self, record_ids: Collection[str]) -> dict[str, LifecycleRecord]:
+        return {i: self.items[i].model_copy(deep=True) for i in record_ids if i in self.items}
 
     def commit(self, record: LifecycleRecord, expected_seq: int) -> bool:
         stored = _stored(record)

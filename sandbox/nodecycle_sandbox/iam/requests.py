@@ -243,6 +243,15 @@ def _dynamodb(
             for item in response._get_param("TransactItems") or []
             for kind, action in item.items()
         ]
+    if operation in ("BatchGetItem", "BatchWriteItem"):
+        # (authorized on each table its RequestItems name, as IAM's service authorization reference lists them:
+        # resource type table; the request names no TableName of its own)
+        return [
+            Request(
+                f"dynamodb:{operation}", f"arn:aws:dynamodb:{region}:{account}:table/{name}", context_of(base)
+            )
+            for name in response._get_param("RequestItems") or {}
+        ]
     table = response._get_param("TableName")
     if not table:
         return [Request(f"dynamodb:{operation}", "*", context_of(base))]

@@ -318,6 +318,25 @@ def test_a_transaction_is_authorized_as_each_of_its_writes_on_its_own_table(
     )
 
 
+def test_a_batch_read_is_authorized_on_each_table_it_names(deployed: tuple[str, Runner]) -> None:
+    # Given the drain function, whose role may read the lifecycle table's items together, and the intake
+    # function, whose role may not
+    _, runner = deployed
+    table = runner.table("LifecycleTable")
+    keys = {
+        table.name: {"Keys": [{"id": {"S": "batch-a"}}, {"id": {"S": "batch-b"}}], "ConsistentRead": True}
+    }
+
+    # When each reads two items in one BatchGetItem, Then the drain function's is served, on the table it names
+    answer = client(deployed, "dynamodb", "DrainFunction").batch_get_item(RequestItems=keys)
+    assert answer["Responses"] == {table.name: []}
+    # ...and the intake function's refused as a BatchGetItem on that table (not on "*": the request names no
+    # TableName of its own)
+    denied = error(client(deployed, "dynamodb", "IntakeFunction").batch_get_item, RequestItems=keys)
+    assert (denied["Code"], denied["status"]) == ("AccessDeniedException", 400)
+    assert f"dynamodb:BatchGetItem on resource: {table.arn}" in denied["Message"]
+
+
 def test_an_action_a_role_is_not_granted_is_refused_even_on_a_resource_that_does_not_exist(
     deployed: tuple[str, Runner],
 ) -> None:

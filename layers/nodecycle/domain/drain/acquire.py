@@ -57,7 +57,7 @@ from nodecycle.domain.ports.cluster import (
     Refused,
 )
 from nodecycle.domain.ports.instances import ScheduledEvents
-from nodecycle.domain.ports.lifecycle import RecordStore
+from nodecycle.domain.ports.lifecycle import RecordReads, RecordStore
 from nodecycle.domain.ports.runtime import Metrics
 
 log = logging.getLogger(__name__)
@@ -70,7 +70,7 @@ LINKED_POLL_SECONDS = 5
 # the disruptions' records and found no drain of theirs to go on from or wait for. A drain for a disruption claims and
 # cordons the node (one PATCH, which moves its resourceVersion) before its record says it began, and lets go of it
 # (another) when it is over: a node still unclaimed at that version has no such drain since, and its records are not
-# read again (three strongly consistent GetItems at each ask, every BudgetRetrySeconds, for the whole wait).
+# read again (three strongly consistent reads at each ask, every BudgetRetrySeconds, for the whole wait).
 LINKED_NONE_AT = "linked_none_at"
 # record.extra keys: since when the reads of the node fail at the slot's asks (the API server fails them: 5xx, an
 # etcd that times out, throttling; or refuses them: RBAC), and since when that is told
@@ -203,7 +203,7 @@ class AcquireSlot:
         policy: DrainPolicy,
         metrics: Metrics,
         events: Events,
-        records: RecordStore,
+        records: RecordReads,
         maintenance: ScheduledEvents | None = None,
     ):
         """``maintenance``: EC2's scheduled events, which a scheduled maintenance's drain looks at before its first
@@ -787,8 +787,10 @@ class AcquireSlot:
         must drain the node itself. Nor does a drain over while pods are on the node now (it timed out and
         left them, or the node was uncordoned after a maintenance and filled again, days before this hook):
         the hook drains the node itself, as if there had been no disruption."""
+        ids = {cause: record_id(record.instance_id, cause, "") for cause in LINKED_CAUSES}
+        found = self._records.get_many(list(ids.values()))  # (one request for the three)
         for cause in LINKED_CAUSES:
-            other = self._records.get(record_id(record.instance_id, cause, ""))
+            other = found.get(ids[cause])
             if other is not None and other.drain_started_at is None:
                 other = _earlier_drain(other)
             if (

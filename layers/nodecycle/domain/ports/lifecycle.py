@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping
+from collections.abc import Collection, Iterator, Mapping
 from dataclasses import dataclass
 from datetime import datetime
 from enum import StrEnum
@@ -97,6 +97,17 @@ class RecordStore(Protocol):
 
     def open_records(self, owner: str) -> Iterator[LifecycleRecord]:
         """The unfinished records of ``owner`` (read in pages, for the sweeper and the status command)."""
+        ...
+
+
+class RecordReads(Protocol):
+    """The records as a step reads other lifecycles' (the slot's ask, those of its instance's disruptions)."""
+
+    def get(self, record_id: str) -> LifecycleRecord | None: ...
+
+    def get_many(self, record_ids: Collection[str]) -> dict[str, LifecycleRecord]:
+        """The records of ``record_ids`` (at most 100) that exist, by id, each read consistently, in one request
+        (DynamoDB BatchGetItem) and the requests for what it left unprocessed."""
         ...
 
 
