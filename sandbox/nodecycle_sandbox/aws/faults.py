@@ -5,7 +5,10 @@
   JSON); EKS ``ThrottlingException`` (429, REST JSON). A DynamoDB transaction (TransactWriteItems) is not
   refused so: DynamoDB cancels it, ``TransactionCanceledException`` whose ``CancellationReasons`` say
   ``ThrottlingError`` for its first item and ``None`` for the others (the API reference's reason codes), which
-  botocore does not retry as it retries a throttle: the caller meets it at once;
+  botocore does not retry as it retries a throttle: the caller meets it at once. Nor is a BatchGetItem of more than
+  one key: DynamoDB refuses one only when it could read none of its keys, and otherwise answers in part, the keys
+  it could not read named ``UnprocessedKeys`` (the API reference), which botocore does not ask again: the first key
+  of each table is read, the others named so;
 - ``aws-error``: the service's 5xx (``InternalFailure``, ``InternalError``, ``InternalServerError``,
   ``ServerException``).
 - ``aws-contention``: an Auto Scaling write meets another update of the same resource still pending (an operator's
@@ -46,6 +49,7 @@ import io
 import json
 import re
 import uuid
+import zlib
 from collections.abc import Callable, Iterable
 from typing import Any, cast
 from urllib.parse import parse_qs
@@ -132,6 +136,12 @@ class AwsFaults(Injector):
             return *_response(protocol, service, code, status, _denial(caller, service, operation)), False
         if fault.kind == "aws-throttle" and (service, operation) == ("dynamodb", "TransactWriteItems"):
             return *_transaction_throttled(environ), False
+        if (
+            fault.kind == "aws-throttle"
+            and (service, operation) == ("dynamodb", "BatchGetItem")
+            and sum(len(asked.get("Keys") or []) for asked in _batch(environ).values()) > 1
+        ):
+            return ANSWERED_IN_PART
         if fault.kind == "aws-throttle":
             return *_response(protocol, service, throttle, throttle_status, "Rate exceeded"), False
         failed = _response(protocol, service, error, error_status, "We encountered an internal error.")
@@ -303,6 +313,64 @@ def _response(
 # The one injector of this process (moto serves every account and region of the process).
 FAULTS = AwsFaults()
 
+# What decide answers for a BatchGetItem that DynamoDB reads in part (see _in_part): served, then its answer cut.
+ANSWERED_IN_PART: tuple[int, list[tuple[str, str]], bytes, bool] = (0, [], b"", True)
+
+
+def _batch(environ: dict[str, Any]) -> dict[str, Any]:
+    """A BatchGetItem request's RequestItems (table -> its keys and options); the body is put back for moto."""
+    length = int(environ.get("CONTENT_LENGTH") or 0)
+    body = environ["wsgi.input"].read(length) if length else b""
+    environ["wsgi.input"] = io.BytesIO(body)
+    try:
+        asked = json.loads(body or b"{}").get("RequestItems") or {}
+    except ValueError:
+        return {}
+    return cast(dict[str, Any], asked)
+
+
+def _in_part(app: WsgiApp, environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
+    """``app``'s answer to a BatchGetItem with only the first key of each table read: the others, and their items,
+    moved to UnprocessedKeys (with the table's options, ConsistentRead kept), as DynamoDB answers one it could read
+    in part. Its checksum (x-amz-crc32, which botocore verifies) is that of the answer sent."""
+    asked = _batch(environ)
+    answered: dict[str, Any] = {}
+
+    def keep(status: str, headers: list[tuple[str, str]], *_: Any) -> Callable[[bytes], None]:
+        answered.update(status=status, headers=headers)
+        return lambda _data: None
+
+    answer = app(environ, keep)
+    try:
+        body = b"".join(answer)
+    finally:
+        close = getattr(answer, "close", None)
+        if close is not None:
+            close()
+    if not str(answered.get("status", "")).startswith("200"):
+        start_response(answered["status"], answered["headers"])
+        return [body]
+    document = json.loads(body)
+    responses = document.setdefault("Responses", {})
+    unprocessed = document.setdefault("UnprocessedKeys", {})
+    for table, request in asked.items():
+        first, *others = request.get("Keys") or [None]
+        if not others:
+            continue
+        unprocessed[table] = {**request, "Keys": others}
+        responses[table] = [
+            item for item in responses.get(table, []) if all(item.get(k) == v for k, v in first.items())
+        ]
+    cut = json.dumps(document).encode()
+    headers = [
+        (name, value)
+        for name, value in answered["headers"]
+        if name.lower() not in ("content-length", "x-amz-crc32")
+    ]
+    headers += [("Content-Length", str(len(cut))), ("x-amz-crc32", str(zlib.crc32(cut) & 0xFFFFFFFF))]
+    start_response(answered["status"], headers)
+    return [cut]
+
 
 def middleware(app: WsgiApp, faults: AwsFaults = FAULTS) -> WsgiApp:
     """``app`` behind the fault injector."""
@@ -311,6 +379,8 @@ def middleware(app: WsgiApp, faults: AwsFaults = FAULTS) -> WsgiApp:
         refused = faults.decide(environ)
         if refused is None:
             return app(environ, start_response)
+        if refused is ANSWERED_IN_PART:
+            return _in_part(app, environ, start_response)
         status, headers, body, served = refused
         if served:
             # (the request lands, its answer is dropped: read to the end, so that the call is done)

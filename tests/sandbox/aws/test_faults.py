@@ -304,6 +304,53 @@ def test_a_throttled_transaction_is_cancelled_for_throughput_and_the_store_retri
     assert operator.scan(TableName=table, ConsistentRead=True)["Items"] == []
 
 
+def test_a_throttled_batch_read_answers_its_first_key_and_names_the_others_unprocessed(endpoint: str) -> None:
+    from datetime import timedelta
+
+    from nodecycle.adapters.aws.clients import CLIENT_CONFIG
+    from nodecycle.adapters.aws.records import DynamoRecordStore
+    from tests.unit.foundation.test_engine import PLAN, make_record
+
+    # Given three lifecycle records, and DynamoDB throttling the function's batch reads
+    operator = _client(endpoint, "dynamodb", key=OTHER_KEY)
+    table = "batch-read-records"
+    operator.create_table(
+        TableName=table,
+        KeySchema=[{"AttributeName": "id", "KeyType": "HASH"}],
+        AttributeDefinitions=[{"AttributeName": "id", "AttributeType": "S"}],
+        BillingMode="PAY_PER_REQUEST",
+    )
+    writer = DynamoRecordStore(table, ttl=timedelta(days=1), dynamodb=operator)
+    ids = [f"i-0123456789abcdef0/{cause}" for cause in ("spot-interruption", "scheduled-change", "rebalance")]
+    for record_id in ids:
+        assert writer.create(make_record(PLAN, id=record_id))
+    FAULTS.arm_for(
+        [Fault("t", "aws-throttle", target="dynamodb.BatchGetItem")], seed=1, callers=[FUNCTION_KEY]
+    )
+    asked = [{"id": {"S": i}} for i in ids]
+    keys: dict[str, Any] = {table: {"Keys": asked, "ConsistentRead": True}}
+
+    # When the three are read in one request, Then it is answered, in part: the first read, the others named
+    # unprocessed with the request's options (botocore verifies the answer's checksum: it is the one sent)
+    answer = _client(endpoint, "dynamodb").batch_get_item(RequestItems=keys)
+    assert [item["id"]["S"] for item in answer["Responses"][table]] == ids[:1]
+    assert answer["UnprocessedKeys"] == {table: {"Keys": asked[1:], "ConsistentRead": True}}
+    # ...and one key alone, which DynamoDB could not read at all, is refused as any throttled call
+    with pytest.raises(ClientError) as refused:
+        _client(endpoint, "dynamodb").batch_get_item(RequestItems={table: {"Keys": asked[:1]}})
+    assert refused.value.response["Error"]["Code"] == "ProvisionedThroughputExceededException"
+
+    # And the store, with the functions' client, throttled for its next two requests, asks again for what each
+    # left: the three read, each request answering one
+    FAULTS.arm_for(
+        [Fault("t", "aws-throttle", target="dynamodb.BatchGetItem", limit=2)], seed=1, callers=[FUNCTION_KEY]
+    )
+    store = DynamoRecordStore(
+        table, ttl=timedelta(days=1), dynamodb=_client(endpoint, "dynamodb", config=CLIENT_CONFIG)
+    )
+    assert sorted(store.get_many(ids)) == sorted(ids)
+
+
 @pytest.mark.parametrize("item", [0, 1])
 def test_a_transaction_cancelled_for_a_conflict_is_retried_later_never_read_as_a_claim_or_record_taken(
     endpoint: str, item: int
