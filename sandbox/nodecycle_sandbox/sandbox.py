@@ -109,6 +109,9 @@ class SandboxOptions:
     # campaigns that compress minutes into seconds (a 5 s visibility timeout, where AWS wants the functions'
     # timeout at least).
     min_values: bool = True
+    # EC2's request throttling per account, Region and action (aws/ec2_throttling.py): every key's requests but
+    # the sandbox's own client's (``client``) take tokens; False: none is refused.
+    ec2_throttling: bool = True
 
 
 class Sandbox:
@@ -273,6 +276,7 @@ class Sandbox:
                 self._prepare_cluster()
             with phase("aws"):
                 self._start_aws()
+                self.aws.throttle_ec2(on=options.ec2_throttling, unmetered=[OPERATOR_ACCESS_KEY])
                 self.aws.configure(global_timeout_factor=options.global_timeout_factor)
                 self.aws.plan_nodes(
                     ready_after=options.node_ready_after, remove_after=options.node_remove_after

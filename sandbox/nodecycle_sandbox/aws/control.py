@@ -19,11 +19,13 @@ from nodecycle_sandbox.aws import (
     ec2_addresses,
     ec2_consistency,
     ec2_instances,
+    ec2_throttling,
     eks,
     lambda_invoke,
 )
 from nodecycle_sandbox.aws import faults as aws_faults
 from nodecycle_sandbox.aws.disruptions import SPOT_HOOK_AFTER_SECONDS, SPOT_WARNING_SECONDS
+from nodecycle_sandbox.aws.ec2_throttling import Throttled
 from nodecycle_sandbox.aws.eks_access import API_AND_CONFIG_MAP
 from nodecycle_sandbox.aws.lifecycle import EventSink, LifecycleEmulator, emulator_for
 from nodecycle_sandbox.aws.nodes import NodeRegistry
@@ -111,6 +113,10 @@ class AwsControls(Protocol):
     def lag_ec2(self, *, seconds: float, callers: list[str] | None) -> list[str]: ...
 
     def lock_address(self, *, allocation_id: str, locked: bool = True) -> None: ...
+
+    def throttle_ec2(self, *, on: bool, unmetered: list[str] | None = None) -> None: ...
+
+    def ec2_throttled(self) -> list[Throttled]: ...
 
     def expire_ttl(self, *, at: float | None = None) -> list[str]: ...
 
@@ -317,6 +323,15 @@ class AwsControl:
         met = list(ec2_consistency.LAG.lagged)
         ec2_consistency.LAG.arm(seconds, callers)
         return met
+
+    def throttle_ec2(self, *, on: bool, unmetered: list[str] | None = None) -> None:
+        """EC2's request throttling (``ec2_throttling.py``, on by default) on or off, the requests signed with
+        ``unmetered`` keys left out of it; either way the buckets are full again and the refusals so far forgotten."""
+        ec2_throttling.THROTTLING.reset(on=on, unmetered=unmetered or ())
+
+    def ec2_throttled(self) -> list[Throttled]:
+        """Every EC2 request refused for its account's rate since the server started (or the last toggle)."""
+        return ec2_throttling.THROTTLING.throttled()
 
     def lock_address(self, *, allocation_id: str, locked: bool = True) -> None:
         """AWS locks the Elastic IP (``locked``: ReleaseAddress refused, ``InvalidAddress.Locked``) or AWS Support

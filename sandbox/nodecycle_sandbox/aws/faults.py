@@ -54,6 +54,7 @@ from collections.abc import Callable, Iterable
 from typing import Any, cast
 from urllib.parse import parse_qs
 
+from nodecycle_sandbox.aws.ec2_throttling import THROTTLED_MESSAGE, THROTTLING, Ec2Throttling
 from nodecycle_sandbox.faults import (
     AUTOSCALING_CONTENTION_KINDS,
     AWS_CONFLICT_KINDS,
@@ -372,11 +373,26 @@ def _in_part(app: WsgiApp, environ: dict[str, Any], start_response: Callable[...
     return [cut]
 
 
-def middleware(app: WsgiApp, faults: AwsFaults = FAULTS) -> WsgiApp:
-    """``app`` behind the fault injector."""
+def throttled(
+    environ: dict[str, Any], throttling: Ec2Throttling
+) -> tuple[int, list[tuple[str, str]], bytes] | None:
+    """EC2's answer to a request its account's buckets have no token for (``ec2_throttling.py``), or None."""
+    found = _CREDENTIAL.search(environ.get("HTTP_AUTHORIZATION", ""))
+    if not throttling.on or found is None or found.group(2) != "ec2":
+        return None
+    params = {**parse_qs(environ.get("QUERY_STRING", "")), **_form(environ)}
+    action = (params.get("Action") or ["Unknown"])[0]
+    if throttling.admit(environ["HTTP_AUTHORIZATION"], action, params):
+        return None
+    return _response("ec2", "ec2", "RequestLimitExceeded", 503, THROTTLED_MESSAGE)
+
+
+def middleware(app: WsgiApp, faults: AwsFaults = FAULTS, throttling: Ec2Throttling = THROTTLING) -> WsgiApp:
+    """``app`` behind EC2's request throttling, then the fault injector."""
 
     def serve(environ: dict[str, Any], start_response: Callable[..., Any]) -> Iterable[bytes]:
-        refused = faults.decide(environ)
+        refusal = throttled(environ, throttling)
+        refused = (*refusal, False) if refusal is not None else faults.decide(environ)
         if refused is None:
             return app(environ, start_response)
         if refused is ANSWERED_IN_PART:

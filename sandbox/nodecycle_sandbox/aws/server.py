@@ -11,6 +11,7 @@ from moto.moto_server.werkzeug_app import DomainDispatcherApplication, create_ba
 from werkzeug.serving import BaseWSGIServer, make_server
 
 from nodecycle_sandbox.aws import faults
+from nodecycle_sandbox.aws.ec2_throttling import THROTTLING
 from nodecycle_sandbox.aws.install import install
 from nodecycle_sandbox.aws.keep_alive import KeepAliveRequestHandler
 
@@ -53,6 +54,7 @@ class MotoServer:
 
     def start(self) -> str:
         prepare()
+        THROTTLING.reset()  # (a server's account starts with its EC2 buckets full, whatever the zygote did)
         app = faults.middleware(DomainDispatcherApplication(backend_app))
         self._server = make_server(
             self._host, self._port, app, threaded=True, request_handler=_QuietRequestHandler
