@@ -10,12 +10,17 @@ sweeper only, and disarms them before it ends."""
 
 from __future__ import annotations
 
+import contextlib
 import json
+import threading
 import time
 from collections.abc import Iterator
 from datetime import UTC, datetime, timedelta
 
+import boto3
 import pytest
+from botocore.config import Config
+from botocore.exceptions import ClientError
 
 from nodecycle.domain.ports.addresses import ALLOCATED_AT_TAG, OWNER_TAG
 from nodecycle.domain.ports.cluster import IN_PROGRESS_ANNOTATION, OWNER_ANNOTATION
@@ -29,6 +34,8 @@ pytestmark = pytest.mark.slow
 # The sweeper's containers sleep a twentieth of botocore's backoff between retries (the sandbox's compressed
 # time): a call throttled past its five attempts still fails after the same five throttled answers, in about
 # 0.4 s instead of 7.5 s (up to 15). Each sweep under throttling took some 17 s, most of the file's time.
+DANGLING = 20  # addresses left behind at once (a refresh whose releases failed)
+ANOTHER_TOOL_KEY = "AKIAANOTHERTOOL00001"  # (a key of the account that is none of nodecycle's)
 SETTINGS = {"NODECYCLE_SWEEP_INTERVAL_MINUTES": str(2 / 60), "SANDBOX_AWS_BACKOFF_SCALE": "0.05"}
 
 
@@ -185,4 +192,63 @@ def test_sweeps_under_random_aws_faults_never_release_an_address_of_a_live_insta
     assert held_addresses(sandbox) == held
     # and once they end, the dangling address is released
     wait_for(lambda: dangling not in allocations(sandbox), 60, "the dangling address's release")
+    assert held_addresses(sandbox) == held
+
+
+def another_tool_releasing(sandbox: Sandbox, stop: threading.Event) -> threading.Thread:
+    """Another tool of the account sending ReleaseAddress (dry runs: each is a request, which takes its token) as
+    fast as EC2 lets it, until ``stop``: EC2 throttles each action per account and Region, whoever sends it
+    (ReleaseAddress, a mutating action: 50 tokens, 5 a second; "Request throttling for the Amazon EC2 API")."""
+    ec2 = boto3.client(
+        "ec2",
+        endpoint_url=sandbox.endpoint_url,
+        region_name=sandbox.options.region,
+        aws_access_key_id=ANOTHER_TOOL_KEY,
+        aws_secret_access_key="another-tool-secret",
+        config=Config(retries={"total_max_attempts": 1, "mode": "standard"}),
+    )
+
+    def spend() -> None:
+        while not stop.is_set():
+            with contextlib.suppress(ClientError):  # (DryRunOperation, or RequestLimitExceeded: as wanted)
+                ec2.release_address(AllocationId="eipalloc-00000000000000000", DryRun=True)
+            time.sleep(0.02)
+
+    thread = threading.Thread(target=spend, name="another-tool", daemon=True)
+    thread.start()
+    return thread
+
+
+def test_a_sweep_of_many_addresses_on_a_spent_account_releases_them_all_and_no_live_ones(
+    sandbox: Sandbox,
+) -> None:
+    # Given the two instances' own addresses, and many of this stack's addresses left unassociated for an hour
+    # while another tool of the account spends EC2's ReleaseAddress bucket
+    in_service = set(sandbox.asg.in_state("InService"))
+
+    def launches_held() -> dict[str, str] | None:
+        found = held_addresses(sandbox)
+        return found if set(found.values()) == in_service else None
+
+    held = wait_for(launches_held, 60, "the launches' addresses")
+    sweeper = sandbox.runner.access_key("SweeperFunction")
+    stop = threading.Event()
+    tool = another_tool_releasing(sandbox, stop)
+    try:
+        dangling = {dangling_address(sandbox) for _ in range(DANGLING)}
+
+        # When the sweeps run, EC2 refusing the sweeper's releases for the account's rate
+        wait_for(
+            lambda: any(
+                t.caller == sweeper and t.action == "ReleaseAddress" for t in sandbox.aws.ec2_throttled()
+            ),
+            60,
+            "EC2 to refuse the sweeper's releases for the rate",
+        )
+    finally:
+        stop.set()
+        tool.join(timeout=5)
+
+    # Then every dangling address is released once the bucket refills, and none of a live instance (invariant 4)
+    wait_for(lambda: not dangling & allocations(sandbox), 90, "every dangling address's release")
     assert held_addresses(sandbox) == held
