@@ -10,7 +10,8 @@ second), by action category:
 - unfiltered and unpaginated non-mutating actions (``DescribeInstances``, ``DescribeInstanceStatus``,
   ``DescribeNetworkInterfaces``, ``DescribeSecurityGroups``, ``DescribeSnapshots``,
   ``DescribeSpotInstanceRequests``, ``DescribeVolumes`` sent with neither a filter nor pagination): 50, 10, a
-  smaller bucket of their own;
+  smaller bucket of their own. The guide names ``Filter`` and pagination (``MaxResults``, ``NextToken``) only:
+  a call that names its resources by id (``InstanceIds``), and neither, takes from the smaller bucket here;
 - mutating actions (every other action, ``AllocateAddress``, ``AssociateAddress``, ``DisassociateAddress`` and
   ``ReleaseAddress`` among them), and resource-intensive ones: 50, 5;
 - uncategorized actions, with their own figures (``CreateTags`` and ``DeleteTags`` 100, 10; ...: ``_OWN``).
@@ -23,7 +24,8 @@ CLI's, another tool's) takes from the account's buckets, on by default; ``AwsCon
 or on (and fills the buckets again). Unmetered: the keys it names, the sandbox's own eyes (``Sandbox.client``,
 whose tests poll every 50 ms as no operator does: their polls would spend nodecycle's tokens, and fail a test on
 its own reads). The buckets refill continuously, on
-``time.monotonic`` (botocore's backoff sleeps in real time): the documented rate, never more.
+``time.monotonic`` (botocore's backoff sleeps in real time): the documented rate, never more (AWS adds a
+second's tokens at once; spread over the second, the average is the same).
 """
 
 from __future__ import annotations
