@@ -240,8 +240,12 @@ class Cordon:
             # A drain in progress cordoning its node again (uncordoned under it, or registered again: see Evict._poll)
             # asks as the eviction's polls ask: in progress, from its place in line since its pause if it is paused.
             # Asked as a first cordon, a slot lost here put it in line behind every node not yet touched that asked
-            # first, and its wait counted against its timeout (invariant 9: see below)
-            again = record.drain_started_at is not None
+            # first, and its wait counted against its timeout (invariant 9: see below). So does a first cordon that
+            # landed though its step's commit was lost (its claim on the node, with which the cordon came, the record
+            # telling no drain start): its node is disrupted already; asked as untouched, it waited in line behind
+            # every untouched node, cordoned, and once granted was dated from that cordon (_cordoned_at): the wait
+            # counted as drain time.
+            again = record.drain_started_at is not None or node.lifecycle == record.id
             request = _slot_request(
                 record, node.name, node.zone, in_progress=again, **_precedence(record, now, self._policy)
             )
