@@ -909,3 +909,20 @@ def test_a_drain_in_progress_granted_before_an_older_one_that_fitted_is_a_violat
     assert "precedence" in judged(T0 + 1, T0 + 3)
     # But not when g waits since as long or longer, which goes first
     assert "precedence" not in judged(T0 + 3, T0 + 1)
+
+
+def test_a_grant_over_a_waiter_whose_cordon_landed_though_it_asked_as_untouched_is_a_violation() -> None:
+    # Given chaos-a's node claimed by its open terminate lifecycle (tok) at 2 s, the cordon's PATCH, whose step's
+    # commit was lost: asked again, its waiter's entry in line at 3 s does not say it is in progress; chaos-b's
+    # holder of eu-west-1b beside it (limits: 2 in all, 1 per zone)
+    holder = {**_entry("h0", "chaos-b", T0 + 3, "i-h0"), "zone": "eu-west-1b"}
+    waiter = {**_entry(NODE, "chaos-a", T0 + 3), "zone": "eu-west-1a"}
+    newcomer = {**_entry("g", "chaos-b", T0 + 4, "i-g"), "zone": "eu-west-1c"}
+    grant = [_budget_of(T0 + 3, [holder], [waiter]), _budget_of(T0 + 4, [holder, newcomer], [waiter])]
+
+    # When chaos-b's node g, not yet touched, is granted at 4 s the slot chaos-a's node fitted in
+    # Then invariant 9 is broken: chaos-a's node is cordoned by its drain, a drain in progress, whatever it asked
+    assert "precedence" in _judged_with_g([_claimed(NODE, T0 + 2, token="tok"), *grant])
+    # But not when the claim is of a lifecycle over (tok-old: no action of it open), nor with no claim at all
+    assert "precedence" not in _judged_with_g([_claimed(NODE, T0 + 2, token="tok-old"), *grant])
+    assert "precedence" not in _judged_with_g([_node(T0 + 2, owner="chaos-a", cordoned=True), *grant])

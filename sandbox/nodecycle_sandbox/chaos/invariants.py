@@ -1063,8 +1063,9 @@ def _precedence(o: Observation) -> Iterator[Violation]:
     budget document that grants a slot to a node not yet touched (no drain in progress: see :func:`_granted_in_progress`)
     must not take the room of a waiter whose drain is in progress (its entry's ``inProgress``: the product's
     request, cordon.py and evict.py, whatever its node shows now: uncordoned by someone else, deleted, registered
-    again) and whose terminate action is open: one that fitted beside the holders without the newcomer and no
-    longer does with it. A newcomer whose action's
+    again; or its node's in-progress annotation naming the lifecycle of its terminate action, whatever its request
+    said: its cordon landed, with that claim, though its step's commit may have been lost) and whose terminate
+    action is open: one that fitted beside the holders without the newcomer and no longer does with it. A newcomer whose action's
     global timeout is near enough to be forced past the budget is excused (it goes either way). (2) Time spent
     waiting for a slot never counts against the drain's timeout: no pod of the node is deleted (the force policy)
     before the drain's own timeout after it began (``_forced_from``: early never late).
@@ -1113,7 +1114,12 @@ def _precedence(o: Observation) -> Iterator[Violation]:
                 continue  # near its global timeout: forced past the budget, as it may be
             for waiter in doc.get("waiters", []):
                 node = str(waiter.get("node"))
-                if node not in waited or node in holders or not _asked_in_progress(before, node):
+                if node not in waited or node in holders:
+                    continue
+                if not (
+                    _asked_in_progress(before, node)
+                    or _claimed_open(claimed.get(node, set()), tokens.get(node, ()), now)
+                ):
                     continue
                 if not any(start <= now < end for start, end, _ in open_at.get(node, ())):
                     continue  # a waiter's entry left behind by an action over: no drain to precede
@@ -1164,6 +1170,13 @@ def _granted_in_progress(
     waiter = next((w for w in before.get("waiters") or [] if str(w.get("node")) == granted), None)
     if waiter is not None:
         return bool(waiter.get("inProgress"))
+    return _claimed_open(claims, actions, now)
+
+
+def _claimed_open(claims: set[str], actions: Iterable[tuple[float, float, str]], now: float) -> bool:
+    """Whether a node's in-progress annotation named (``claims``, its tokens so far) the lifecycle of one of its
+    terminate ``actions`` open at ``now``: that drain's cordon landed (the claim comes with it, one PATCH), so its
+    node is disrupted and its drain in progress, whatever the step's commit after it told its record."""
     return any(start <= now < end and token in claims for start, end, token in actions)
 
 
