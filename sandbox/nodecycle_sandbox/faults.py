@@ -49,13 +49,15 @@ WORKER_KINDS = ("worker-kill", "clock-skew", "time-travel")
 WORLD_KINDS = ("kube-hung-runtime", "eip-locked")
 # Set and lifted by the campaign's world too (chaos/outages.py): an event source mapping disabled, a function's
 # role without its policy, a third writer of the budget ConfigMap, the scenario's PodDisruptionBudget's status
-# written by others at every eviction's try; and, once the story is over, a work message replayed hours later.
+# written by others at every eviction's try; the budget ConfigMap deleted and created again empty (``kubectl replace
+# --force`` of deploy/rbac.yaml); and, once the story is over, a work message replayed hours later.
 OUTAGE_KINDS = (
     "mapping-paused",
     "iam-detached",
     "budget-third-writer",
     "work-replay",
     "kube-budget-contended",
+    "budget-recreated",
 )
 KINDS = (
     *KUBE_KINDS,

@@ -926,3 +926,25 @@ def test_a_grant_over_a_waiter_whose_cordon_landed_though_it_asked_as_untouched_
     # But not when the claim is of a lifecycle over (tok-old: no action of it open), nor with no claim at all
     assert "precedence" not in _judged_with_g([_claimed(NODE, T0 + 2, token="tok-old"), *grant])
     assert "precedence" not in _judged_with_g([_node(T0 + 2, owner="chaos-a", cordoned=True), *grant])
+
+
+def test_a_budget_configmap_created_again_seeded_with_another_owners_drain_breaks_no_ownership() -> None:
+    # Given chaos-a's holder of i-1's node, renewed at 1 s (TTL 200 s), and chaos-a's waiter of another node; the
+    # ConfigMap deleted at 3 s and created again empty (kubectl replace --force), by no stack
+    held = _entry(NODE, "chaos-a", T0 + 1)
+    waiting = _entry("n2", "chaos-a", T0 + 1, instance="i-2")
+    before = _budget_of(T0 + 1, [held], [waiting])
+    deleted = replace(before, time=T0 + 3, verb="delete", removed=True)
+    empty = {"kind": "ConfigMap", "metadata": {"name": BUDGET[1], "namespace": BUDGET[0]}}
+    created = HistoryEntry(0, T0 + 3.01, "create", "configmaps", BUDGET[0], BUDGET[1], "api", False, empty)
+
+    def judged(after: HistoryEntry) -> set[str]:
+        return _judged(_observation([before, deleted, created, after], stacks=STACKS_OF))
+
+    # When chaos-b's first write to it seeds chaos-a's drain in progress as a holder (seed.py: every owner's, as its
+    # node shows it), and leaves out the waiter the ConfigMap forgot
+    seeded = {**_entry(NODE, "chaos-a", T0 + 4), "seeded": True}
+    # Then nothing is wrong: the seed grants nothing, and the waiter went with the ConfigMap, not by chaos-b's write
+    assert "ownership" not in judged(_as(_budget_of(T0 + 4, [seeded], []), "chaos-b"))
+    # But that write adding chaos-a's node as a holder not seeded (a grant of another owner's) is one
+    assert "ownership" in judged(_as(_budget_of(T0 + 4, [_entry(NODE, "chaos-a", T0 + 4)], []), "chaos-b"))

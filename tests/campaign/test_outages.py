@@ -13,6 +13,7 @@ from nodecycle_sandbox.chaos.invariants import DRAIN_TIMEOUT, OUTAGE_RECOVERY, _
 from nodecycle_sandbox.chaos.outages import Outages, oldest_work
 from nodecycle_sandbox.chaos.plan import (
     BUDGET_CONTENDED_LONGEST,
+    BUDGET_RECREATED_LONGEST,
     IAM_DETACHED_LONGEST,
     MAPPING_PAUSED_LONGEST,
     OUTAGE_LATEST,
@@ -32,6 +33,7 @@ LONGEST = {
     "iam-detached": IAM_DETACHED_LONGEST,
     "budget-third-writer": THIRD_WRITER_LONGEST,
     "kube-budget-contended": BUDGET_CONTENDED_LONGEST,
+    "budget-recreated": BUDGET_RECREATED_LONGEST,
 }
 
 

@@ -13,6 +13,9 @@ controller uses, so that the product meets the real answers:
 - ``kube-budget-contended``: the scenario's PodDisruptionBudget's status written by others at every try of the
   eviction handler's (``KubeServer.contend_budget``): each eviction under it it would allow is answered the budget's
   409 Conflict about 10 s late, as kube-apiserver answers under many evictions at once;
+- ``budget-recreated``: the budget ConfigMap deleted and at once created again empty, as deploy/rbac.yaml ships it
+  (``kubectl replace --force -f deploy/rbac.yaml``: an operator resetting a budget that looks stuck): every holder
+  and waiter forgotten at once, the drains in progress seeded again by the first write after it;
 - ``work-replay``: once the story is over, its oldest work messages to a function sent again to their queue hours
   later (a dead-letter queue redriven), every function's clock moved on by as much while they are handled.
 
@@ -36,7 +39,9 @@ from nodecycle_sandbox.sandbox import Sandbox
 
 log = logging.getLogger(__name__)
 
-TIMED = frozenset({"mapping-paused", "iam-detached", "budget-third-writer", "kube-budget-contended"})
+TIMED = frozenset(
+    {"mapping-paused", "iam-detached", "budget-third-writer", "kube-budget-contended", "budget-recreated"}
+)
 LOOK = 0.25  # seconds between two looks at what is due
 # The work queue each replayed function reads (the template's)
 WORK_QUEUES = {"DrainFunction": "DrainQueue", "EipFunction": "EipQueue", "WakeFunction": "WakeQueue"}
@@ -141,7 +146,25 @@ class Outages:
             return self._detach_policy(fault)
         if fault.kind == "kube-budget-contended":
             return self._contend_budget()
+        if fault.kind == "budget-recreated":
+            return self._recreate_budget()
         return self._third_writer(fault)
+
+    def _recreate_budget(self) -> tuple[str, Callable[[], None]]:
+        """Delete the budget ConfigMap and create it again as the manifest has it (its name, namespace and labels, no
+        data), through the API server as ``kubectl replace --force`` does: two requests, milliseconds apart (a
+        function's read between them is answered 404). Nothing to lift: it is done at once."""
+        namespace, name, _key = self.budget
+        api = self._kube_api()
+        try:
+            found = api.read_namespaced_config_map(name, namespace)
+            labels = dict(found.metadata.labels or {})
+            api.delete_namespaced_config_map(name, namespace)
+            body = {"metadata": {"name": name, "namespace": namespace, "labels": labels}}
+            api.create_namespaced_config_map(namespace, body)
+        finally:
+            api.api_client.close()
+        return f"configmaps {namespace}/{name} deleted and created again empty", lambda: None
 
     def _contend_budget(self) -> tuple[str, Callable[[], None]]:
         namespace, name = self.disruption_budget

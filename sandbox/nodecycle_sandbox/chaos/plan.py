@@ -16,10 +16,11 @@ with a token no hook issued, a replay of an action already completed or still op
 the stack that does not own the group. Design invariant 8: none of them may disrupt anything.
 
 With faults, outages are drawn last of all, each from a stream of its own (:func:`draw_mapping_paused`,
-:func:`draw_iam_detached`, :func:`draw_third_writer`, :func:`draw_work_replay`, :func:`draw_budget_contended`; set
-by ``chaos/outages.py``): an event source mapping disabled for a while, one function's role without its policy, a
-third writer of the budget ConfigMap, work messages replayed hours after the story, and the scenario's
-PodDisruptionBudget contended (its evictions answered the budget's 409 Conflict).
+:func:`draw_iam_detached`, :func:`draw_third_writer`, :func:`draw_work_replay`, :func:`draw_budget_contended`,
+:func:`draw_budget_recreated`; set by ``chaos/outages.py``): an event source mapping disabled for a while, one
+function's role without its policy, a third writer of the budget ConfigMap, work messages replayed hours after the
+story, the scenario's PodDisruptionBudget contended (its evictions answered the budget's 409 Conflict), and the budget
+ConfigMap reset (deleted and created again empty).
 """
 
 from __future__ import annotations
@@ -213,6 +214,7 @@ def draw(
         *draw_third_writer(random.Random(f"{seed}:{index}:third-writer")),
         *draw_work_replay(random.Random(f"{seed}:{index}:work-replay")),
         *draw_budget_contended(random.Random(f"{seed}:{index}:budget-contended")),
+        *draw_budget_recreated(random.Random(f"{seed}:{index}:budget-recreated")),
     )
     first = len(scenario.faults) + 1
     numbered = tuple(replace(f, id=f"f{n}") for n, f in enumerate(outages, start=first))
@@ -497,6 +499,26 @@ def draw_budget_contended(rng: random.Random) -> tuple[Fault, ...]:
     start = round(rng.uniform(0.0, OUTAGE_LATEST), 1)
     stop = round(start + rng.uniform(2.0, BUDGET_CONTENDED_LONGEST), 1)
     return (Fault("", "kube-budget-contended", "poddisruptionbudgets", 1.0, start=start, stop=stop, limit=1),)
+
+
+# How long after its delete the budget ConfigMap is created again at most (one command's two requests; the outage's
+# stop, the moment the world looks that it was).
+BUDGET_RECREATED_LONGEST = 1.0
+
+
+def draw_budget_recreated(rng: random.Random) -> tuple[Fault, ...]:
+    """The budget ConfigMap deleted and created again empty at ``start`` (``kubectl replace --force -f
+    deploy/rbac.yaml``, an operator "resetting" a budget that looks stuck; a GitOps controller that prunes and
+    re-applies it): every holder and waiter is forgotten at once, not expired. The first write after it seeds the
+    drains in progress the nodes show (domain/budget/seed.py); a node granted a slot but not yet cordoned loses it,
+    the line is lost, and a seeded drain that no longer fits pauses: drains lose their slots in the middle of the
+    story, so that invariant 9 (a drain in progress goes first, its wait not counted as drain time) is judged on
+    them. ``stop``: a moment after (the delete and the create are one command's, milliseconds apart)."""
+    if rng.random() >= OUTAGE_SHARE:
+        return ()
+    start = round(rng.uniform(1.0, OUTAGE_LATEST), 1)  # (the first drains hold slots, wait in line, evict)
+    stop = round(start + rng.uniform(0.2, BUDGET_RECREATED_LONGEST), 1)
+    return (Fault("", "budget-recreated", "configmaps", 1.0, start=start, stop=stop, limit=1),)
 
 
 # How far behind its writes AWS reads at most, in seconds: "usually under a second" (a DynamoDB global secondary
