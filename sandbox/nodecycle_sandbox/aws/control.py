@@ -49,6 +49,7 @@ class AwsControls(Protocol):
         token_checked_against_group: bool | None = None,
         notifications_tell_origin: bool | None = None,
         root_volume_boot_seconds: float | None = None,
+        root_volume_boot_seconds_of: dict[str, float] | None = None,
         boot_seconds: float | None = None,
         instance_tags_after_seconds: float | None = None,
     ) -> None: ...
@@ -156,6 +157,7 @@ class AwsControl:
         token_checked_against_group: bool | None = None,
         notifications_tell_origin: bool | None = None,
         root_volume_boot_seconds: float | None = None,
+        root_volume_boot_seconds_of: dict[str, float] | None = None,
         boot_seconds: float | None = None,
         instance_tags_after_seconds: float | None = None,
     ) -> None:
@@ -165,7 +167,8 @@ class AwsControl:
         must be of the instance named with it (see LifecycleEmulator.token_checked_against_instance), and of the
         group named with it (token_checked_against_group), and whether a hook's queue or topic notifications carry
         Origin and Destination (LifecycleEmulator.notifications_tell_origin), and how long after its root volume is
-        replaced an instance's kubelet runs again (LifecycleEmulator.root_volume_boot_seconds), and how long an
+        replaced an instance's kubelet runs again (LifecycleEmulator.root_volume_boot_seconds; for the instances named in
+        root_volume_boot_seconds_of, their own, in place of it), and how long an
         instance EC2 reboots (a scheduled reboot) or starts keeps it away (LifecycleEmulator.boot_seconds), and how
         long after its launch an instance shows Auto Scaling's tags (LifecycleEmulator.instance_tags_after_seconds)."""
         emulator = self.emulator
@@ -188,6 +191,10 @@ class AwsControl:
                 emulator.notifications_tell_origin = notifications_tell_origin
             if root_volume_boot_seconds is not None:
                 emulator.root_volume_boot_seconds = root_volume_boot_seconds
+            for instance_id, seconds in (root_volume_boot_seconds_of or {}).items():
+                if seconds < 0:
+                    raise ValueError(f"root volume boot of {instance_id} must not be negative, got {seconds}")
+                emulator.root_volume_boot_seconds_of[instance_id] = seconds
             if boot_seconds is not None:
                 emulator.boot_seconds = boot_seconds
             if instance_tags_after_seconds is not None:

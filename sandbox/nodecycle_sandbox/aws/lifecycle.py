@@ -176,6 +176,10 @@ class LifecycleEmulator:
         # How long after its root volume is replaced (RootVolumeReplaced) an instance's kubelet runs again: on AWS the
         # operating system's boot from the new volume, tens of seconds or more; short by default for the tests' time
         self.root_volume_boot_seconds = ROOT_VOLUME_BOOT_SECONDS
+        # Instance id -> its own boot from a new root volume, in place of root_volume_boot_seconds: on AWS each
+        # instance boots in its own time, and a test whose instances need a long boot each (to tell a rebooted
+        # kubelet from the one before) need not wait it out for those that prove something else
+        self.root_volume_boot_seconds_of: dict[str, float] = {}
         # How long an instance EC2 reboots (a scheduled reboot: see disruptions.py) or starts keeps its kubelet away
         self.boot_seconds = BOOT_SECONDS
         # How long after its launch an instance shows the tags Auto Scaling gives it (its group's name, the group's
@@ -483,7 +487,8 @@ class LifecycleEmulator:
             if group.name != group_name:
                 return
             state.lifecycle_state = "RootVolumeReplaced"
-            self.instance_started(instance_id, boot=self.root_volume_boot_seconds)
+            boot = self.root_volume_boot_seconds_of.get(instance_id, self.root_volume_boot_seconds)
+            self.instance_started(instance_id, boot=boot)
             self.enter(group, state, origin=GROUP, destination=GROUP, action=REPLACE_ROOT_VOLUME)
 
     def _launch_proceeds(self, group: FakeAutoScalingGroup, state: InstanceState, destination: str) -> None:

@@ -40,10 +40,18 @@ HOOKS = (
 )
 
 
-# How long the sandbox's instances take to boot from their new root volumes: longer than the cleanup's watch takes
-# between two looks (12 drain polls of 1 s), and shorter than the node monitor's grace (40 s), through which the node
-# stays Ready as the old kubelet left it
+# How long TERMINATE_ONLY_GROUP's first instance takes to boot from its new root volume: longer than the cleanup's
+# watch takes between two looks (12 drain polls of 1 s), and shorter than the node monitor's grace (40 s), through
+# which the node stays Ready as the old kubelet left it
 SLOW_BOOT_SECONDS = 20.0
+# How long the instances of the groups with a launch hook take to boot from their new root volumes: several of the
+# gate's polls (1 s) past the launch action's start, which a gate taking the Ready left from before the reboot
+# completes at its first look, and shorter than the node monitor's grace (40 s). (SLOW_BOOT_SECONDS for them too
+# were each refresh's two boots 20 s more, the fixture's time.)
+LAUNCH_BOOT_SECONDS = 10.0
+# How long TERMINATE_ONLY_GROUP's second instance takes to boot from its new root volume: its rebooted kubelet's
+# Lease, renewed BOOT_STATUS_LAG_SECONDS before its status, tells it from the one before, not its boot's length
+LEASE_FIRST_BOOT_SECONDS = 3.0
 # How long after its instance booted from the new root volume TOLD_GROUP's second kubelet first posts its node's
 # status, its Lease renewed from the boot on: shorter than the node monitor's grace (40 s), through which the node
 # stays Ready as the old kubelet left it (a renewed Lease keeps it so), and longer than the gate's polls (1 s)
@@ -74,7 +82,7 @@ class Refreshed(NamedTuple):
 @pytest.fixture(scope="module")
 def refreshed() -> Iterator[Refreshed]:
     """Three groups of two instances, the workloads spread over their six nodes, whose instances boot from their new
-    root volumes in 20 s. TOLD_GROUP, under nodecycle's launch and terminate hooks told by EventBridge, its instances
+    root volumes in 10 s (TERMINATE_ONLY_GROUP's in 20 s and 3 s). TOLD_GROUP, under nodecycle's launch and terminate hooks told by EventBridge, its instances
     with Elastic IPs: its second kubelet, booted again, renews its Lease at once but posts its node's status 8 s later
     (the kubelet runs its Lease controller beside its status loop: kubelet.go, Kubelet.Run), the first both at once.
     QUEUE_GROUP, under the same hooks notifying the intake queue, their notifications without Origin and Destination
@@ -103,8 +111,13 @@ def refreshed() -> Iterator[Refreshed]:
             wait_for(functools.partial(joined, sandbox, instance), 60, f"the node of {instance}")
         sandbox.kube.seed(dict(WORKLOADS))
         sandbox.kube.settle(timeout=30)
+        terminate_only_instances = instances[TERMINATE_ONLY_GROUP]
         sandbox.aws.configure(
-            root_volume_boot_seconds=SLOW_BOOT_SECONDS,
+            root_volume_boot_seconds=LAUNCH_BOOT_SECONDS,
+            root_volume_boot_seconds_of={
+                terminate_only_instances[0]: SLOW_BOOT_SECONDS,
+                terminate_only_instances[1]: LEASE_FIRST_BOOT_SECONDS,
+            },
             eventbridge_for_sqs_hooks=False,
             notifications_tell_origin=False,
         )
@@ -200,10 +213,10 @@ def test_a_root_volume_replacement_drains_the_node_first_keeps_its_address_and_u
 
 def launched_back_after_the_reboot(sandbox: Sandbox, timeline: RefreshTimeline, instances: list[str]) -> None:
     """Each of ``instances``' launch action after its root volume replacement was completed, once the rebooted
-    kubelet ran (SLOW_BOOT_SECONDS after the replacement is done)."""
+    kubelet ran (LAUNCH_BOOT_SECONDS after the replacement is done)."""
     for instance in instances:
         (replaced_at,) = timeline.instances[instance].root_volume_replaced_at
-        back_at = replaced_at + ROOT_VOLUME_REBOOT_SECONDS + SLOW_BOOT_SECONDS
+        back_at = replaced_at + ROOT_VOLUME_REBOOT_SECONDS + LAUNCH_BOOT_SECONDS
         (launch,) = [
             a
             for a in sandbox.aws.actions()
