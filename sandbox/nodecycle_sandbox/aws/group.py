@@ -192,8 +192,8 @@ class AutoScalingGroup:
 
     def wait_refresh(self, refresh_id: str, timeout: float) -> RefreshTimeline:
         """Until the refresh is no longer InProgress: its timeline. Read from the emulation's record of it (the
-        status DescribeInstanceRefreshes answers with), over the pipe: a poll every 50 ms of a refresh's tens of
-        seconds costs 0.25 ms of CPU in all, a DescribeInstanceRefreshes several ms in this process and the AWS
+        status DescribeInstanceRefreshes answers with), over the pipe: a poll (50 to 250 ms apart: wait_for) of a
+        refresh's tens of seconds costs 0.25 ms of CPU in all, a DescribeInstanceRefreshes several ms in this process and the AWS
         process."""
 
         def over() -> RefreshTimeline | None:
@@ -289,15 +289,29 @@ class AutoScalingGroup:
         )
 
 
+# The longest a wait sleeps between two polls once it has waited a while. A poll is rarely free: a lifecycle record
+# is a GetItem through moto (a few ms of CPU here and in the AWS process), a node a GET of the API server; twenty a
+# second through a wait of tens of seconds took CPU from the functions and kubelets the wait is for, on two cores.
+POLL_CEILING = 0.25
+# The share of the time waited so far that a wait sleeps between two polls (until POLL_CEILING): what it finds is
+# late by a tenth of the wait at most, a few polls of `poll` first for what comes at once
+POLL_BACKOFF = 0.1
+
+
 def wait_for(
     predicate: Callable[[], Any], timeout: float, what: str = "condition", poll: float = 0.05
 ) -> Any:
-    """Poll `predicate` until it is truthy; return its value or raise TimeoutError naming `what`."""
-    deadline = time.monotonic() + timeout
+    """Poll `predicate` until it is truthy; return its value or raise TimeoutError naming `what`. The polls are
+    `poll` apart at first, then a tenth of the time waited so far (POLL_BACKOFF), a quarter of a second at most
+    (POLL_CEILING; never less than `poll`)."""
+    started = time.monotonic()
+    deadline = started + timeout
+    ceiling = max(poll, POLL_CEILING)
     while True:
         value = predicate()
         if value:
             return value
-        if time.monotonic() >= deadline:
+        now = time.monotonic()
+        if now >= deadline:
             raise TimeoutError(f"{what}: not met within {timeout} s")
-        time.sleep(poll)
+        time.sleep(min(ceiling, max(poll, POLL_BACKOFF * (now - started)), deadline - now))
