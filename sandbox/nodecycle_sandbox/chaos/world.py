@@ -834,30 +834,34 @@ class ScenarioRun:
     def _quiesce(
         self, timeout: float = QUIESCENCE_TIMEOUT, *, retried_waiting: bool = False
     ) -> tuple[bool, list[str]]:
-        """Wait until nothing is left unsettled (see _unsettled), up to ``timeout``; ``retried_waiting``: an
+        """Wait until nothing is left unsettled (see _unsettled_parts), up to ``timeout``; ``retried_waiting``: an
         intake message that waits out its visibility timeout after a failed delivery counts as settled."""
         deadline = time.monotonic() + timeout
         while True:
-            left = self._unsettled(retried_waiting=retried_waiting)
-            if not left:
+            parts = self._unsettled_parts(retried_waiting=retried_waiting)
+            first = next((part for part in parts if part), None)
+            if first is None:
                 return True, []
-            if time.monotonic() > deadline:
-                return False, left
+            if time.monotonic() > deadline:  # (the look read on: what is left, all of it)
+                return False, [*first, *(item for part in parts for item in part)]
             time.sleep(0.25)
 
     def _settled(self) -> bool:
-        return not self._unsettled()
+        return not any(self._unsettled_parts())
 
-    def _unsettled(self, *, retried_waiting: bool = False) -> list[str]:
+    def _unsettled_parts(self, *, retried_waiting: bool = False) -> Iterator[list[str]]:
         """Everything that still says "not done" in the truth: open actions, groups short of their
         target, nodes still annotated, budget entries of the scenario's instances, and the nodes of its
         terminated instances and their pods, until the cluster has forgotten them (the scenario's lingering):
-        the invariants and the final sweep see what happens while they linger and when they go."""
-        left: list[str] = []
+        the invariants and the final sweep see what happens while they linger and when they go.
+
+        Part after part, each read only once the one before has been taken: a look at whether anything is left
+        stops at the first part with something in it. While a story runs its actions are open, and a look each
+        quarter of a second that went on to the groups, the cluster's objects, the budget and the queues (a dozen
+        calls, two of them over the pipe) took CPU from the story, on two cores, for what the first part told."""
         actions = [a for a in self.box.aws.actions() if a.group in self._group_names()]
-        left += [
-            f"action {a.instance_id} {a.transition.rsplit('_', 1)[-1]} open" for a in actions if a.active
-        ]
+        yield [f"action {a.instance_id} {a.transition.rsplit('_', 1)[-1]} open" for a in actions if a.active]
+        left: list[str] = []
         for stack, group in self.groups.items():
             states = group.instances()
             if stack in self.refreshes and group.refresh_status(self.refreshes[stack]) == "InProgress":
@@ -868,6 +872,8 @@ class ScenarioRun:
             target = self.scenario.keep if self.scenario.kind == "scale-in" else self.scenario.size
             if len(states) != target:
                 left.append(f"{group.name}: {len(states)} instances, {target} wanted")
+        yield left
+        left = []
         nodes: set[str] = set()
         for node in self.box.kube.objects("nodes"):
             nodes.add(node["metadata"]["name"])
@@ -889,9 +895,9 @@ class ScenarioRun:
         for kind, entry in budget_entries(self.box.kube):
             if entry.get("instanceId") in mine:
                 left.append(f"budget {kind} {entry.get('node')} ({entry.get('owner')})")
+        yield left
         if self.forged:  # what a forged message does comes after its action settled: wait until it was taken
-            left += self._intake_queues_left(retried_waiting=retried_waiting)
-        return left
+            yield self._intake_queues_left(retried_waiting=retried_waiting)
 
     def _intake_queues_left(self, *, retried_waiting: bool = False) -> list[str]:
         """The messages still in the intake queues; ``retried_waiting``: less those whose last delivery failed,
