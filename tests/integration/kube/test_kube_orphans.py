@@ -359,3 +359,81 @@ def test_a_deleted_nodes_pod_whose_deletion_someone_else_shortened_into_the_past
     record = record.model_copy(update=dict(waiting.changes))
     settled = step(record, first_look + timedelta(seconds=21))
     assert (settled.then, settled.changes.get("outcome")) == (Step.COMPLETE, "node-gone"), settled
+
+
+def test_a_deleted_nodes_pod_past_its_moved_deadline_with_a_grace_beyond_the_cap_is_asked_again_with_the_cap(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a drain whose node object was deleted while its instance runs, the last of its pods there deleted by
+    # someone else with an hour's grace, then shortened by someone else to 20 minutes: the API server counts that
+    # deadline from the first delete (rest.BeforeDelete), the kubelet kills the pod with 20 minutes from then
+    record, _ = _evicting(cluster)
+    slow = _deleted_by_someone_else(server, cluster, 3600)
+    server.remove_node(NODE)
+    for pod in web_pods(cluster):
+        if pod.uid != slow.uid:
+            cluster.delete_pod(pod, 0)
+    cluster.delete_pod(slow, 1200)
+    shortened = next(p for p in cluster.pods_on(NODE) if p.uid == slow.uid)
+    assert shortened.deletion_at is not None
+    # (the drain looks a second past that deadline, its own ten minutes on)
+    first_look = shortened.deletion_at + timedelta(seconds=1)
+    deadline = first_look + timedelta(seconds=600)
+    record = record.model_copy(update={"drain_deadline": deadline})
+    step = evict(cluster)
+    cap = step._grace_cap(deadline, first_look)
+    assert cap < 1200
+
+    # When the drain polls
+    outcome = step(record, first_look)
+
+    # Then it asks that pod again with the drain's grace, as it does a pod whose deadline is to come (the API server
+    # shortens the deletion, the kubelet kills the pod within it): left alone, its kubelet stops it 20 minutes on,
+    # past the drain's deadline, where the drain settled node-gone with the pod still running
+    assert (outcome.then, outcome.again) == (None, True), outcome
+    asked = next(p for p in cluster.pods_on(NODE) if p.uid == slow.uid)
+    assert asked.deletion_grace is not None
+    assert asked.deletion_grace <= cap
+
+    given = asked.deletion_grace
+
+    # When podgc removes it from the API, Then the drain waits for that grace from the poll that asked it, no longer
+    _podgc_removes_them(server, cluster)
+    record = record.model_copy(update=dict(outcome.changes))
+    waiting = step(record, first_look + timedelta(seconds=given - 1))
+    assert (waiting.then, waiting.again) == (None, True), waiting
+    record = record.model_copy(update=dict(waiting.changes))
+    settled = step(record, first_look + timedelta(seconds=given + 1))
+    assert (settled.then, settled.changes.get("outcome")) == (Step.COMPLETE, "node-gone"), settled
+
+
+def test_a_deleted_nodes_pod_past_its_moved_deadline_whose_shortening_is_refused_is_waited_for_its_own_grace(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given the same pod past the deadline the API server moved back (an hour's deletion shortened by someone else to
+    # 20 minutes), and an admission webhook that refuses its evictions
+    record, _ = _evicting(cluster)
+    slow = _deleted_by_someone_else(server, cluster, 3600)
+    server.remove_node(NODE)
+    for pod in web_pods(cluster):
+        if pod.uid != slow.uid:
+            cluster.delete_pod(pod, 0)
+    cluster.delete_pod(slow, 1200)
+    _evictions_pinned(server, slow)
+    shortened = next(p for p in cluster.pods_on(NODE) if p.uid == slow.uid)
+    assert shortened.deletion_at is not None
+    first_look = shortened.deletion_at + timedelta(seconds=1)
+    record = record.model_copy(update={"drain_deadline": first_look + timedelta(seconds=600)})
+    step = evict(cluster)
+
+    # When the drain polls, its ask refused, and podgc removes the pod from the API
+    outcome = step(record, first_look)
+    assert (outcome.then, outcome.again) == (None, True), outcome
+    assert next(p for p in cluster.pods_on(NODE) if p.uid == slow.uid).deletion_grace == 1200
+    _podgc_removes_them(server, cluster)
+
+    # Then the drain is not taken to have shortened it: it still waits for it a few minutes on (its kubelet stops it
+    # 20 minutes from the first look at the latest), up to its own deadline
+    record = record.model_copy(update=dict(outcome.changes))
+    later = step(record, first_look + timedelta(seconds=300))
+    assert (later.then, later.again) == (None, True), later

@@ -4,7 +4,7 @@ delay."""
 from __future__ import annotations
 
 import logging
-from collections.abc import Callable, Collection, Iterable, Iterator
+from collections.abc import Callable, Collection, Iterable, Iterator, Mapping
 from contextlib import suppress
 from dataclasses import replace
 from datetime import datetime, timedelta
@@ -245,17 +245,22 @@ def _unshortened(extra: dict[str, Any]) -> dict[str, datetime]:
 
 
 def _noted_unshortened(
-    extra: dict[str, Any], outlasting: Collection[PodInfo], shortened: Collection[str], now: datetime
+    extra: dict[str, Any],
+    outlasting: Collection[PodInfo],
+    shortened: Collection[str],
+    now: datetime,
+    stopping: Mapping[str, datetime],
 ) -> dict[str, Any]:
-    """``extra`` noting in ORPHANS_UNSHORTENED each of ``outlasting`` this pass did not shorten at its own deadline,
-    and dropping each it did shorten (its kubelet now stops it within the shorter grace, which ORPHANS_STOPPING
-    holds) and each whose deadline is over."""
+    """``extra`` noting in ORPHANS_UNSHORTENED each of ``outlasting`` this pass did not shorten at its own deadline
+    (or, one past it, at ``stopping``'s moment for it: see _overdue_stopping), and dropping each it did shorten (its
+    kubelet now stops it within the shorter grace, which ORPHANS_STOPPING holds) and each whose deadline is over."""
     kept = _unshortened(extra)
     for pod in outlasting:
+        until = stopping.get(pod.uid, pod.deletion_at)
         if pod.uid in shortened:
             kept.pop(pod.uid, None)
-        elif pod.deletion_at is not None:
-            kept[pod.uid] = max(pod.deletion_at, kept.get(pod.uid, pod.deletion_at))
+        elif until is not None:
+            kept[pod.uid] = max(until, kept.get(pod.uid, until))
     rest = {key: value for key, value in extra.items() if key != ORPHANS_UNSHORTENED}
     live = {uid: at.isoformat() for uid, at in kept.items() if at > now}
     return {**rest, ORPHANS_UNSHORTENED: live} if live else rest
@@ -280,19 +285,35 @@ def _deleting_seen(extra: dict[str, Any], pods: list[PodInfo], now: datetime) ->
     return seen
 
 
-def _overdue_stopping(pods: list[PodInfo], seen: dict[str, list[Any]], now: datetime) -> list[datetime]:
+def _overdue_stopping(pods: list[PodInfo], seen: dict[str, list[Any]], now: datetime) -> dict[str, datetime]:
     """By when each of ``pods`` listed past its deletion's deadline, grace left (so not dropped by its kubelet yet),
     is stopped at the latest should its deletion have been shortened by someone else (see ORPHANS_DELETING): its
     grace from when the drain knows it had it. orphans.holding no longer counts such a pod (with no kubelet, none
     stops it: podgc ends it), but a live kubelet given a shorter grace stops it only that grace after the shortening,
     however long ago the deadline the API server counts from the first delete passed."""
-    found = []
+    found: dict[str, datetime] = {}
     for pod in overdue(pods, now):
         if pod.uid not in seen:
             continue
         grace, since = seen[pod.uid]
-        found.append(datetime.fromisoformat(since) + timedelta(seconds=int(grace)))
+        found[pod.uid] = datetime.fromisoformat(since) + timedelta(seconds=int(grace))
     return found
+
+
+def _overdue_outlasting(
+    pods: list[PodInfo], stopping: dict[str, datetime], cap: int, now: datetime
+) -> list[PodInfo]:
+    """Those of ``pods`` listed past their deletion's deadline (see _overdue_stopping: by uid, ``stopping``) whose
+    kubelet may stop them later than one asked now with the grace ``cap`` allows them would: a deletion someone else
+    shortened to a grace still longer than that. Asked again, the API server shortens it once more and the kubelet
+    kills them within the cap from then, as it does a pod whose deadline is still to come (podfilter.outlasting);
+    left alone, they held the drain to their own grace, past its deadline, where it settled node-gone with them
+    still stopping."""
+    return [
+        pod
+        for pod in overdue(pods, now)
+        if pod.uid in stopping and stopping[pod.uid] > now + timedelta(seconds=podfilter.grace_for(pod, cap))
+    ]
 
 
 def _stopping_until(
@@ -668,6 +689,7 @@ class Evict:
         now: datetime,
         *,
         outlasting: Collection[PodInfo] = (),
+        overdue_until: Mapping[str, datetime] | None = None,
         deleting: bool = False,
         **changes: Any,
     ) -> Outcome:
@@ -678,7 +700,8 @@ class Evict:
         ORPHANS_STOPPING as stopped within the cap (see _stopping_until): one this pass did not shorten after all
         (its eviction refused by a webhook, failed, gone from the API, or not asked: the pass cut short) is noted at
         its own deletion's deadline, which its kubelet keeps to once podgc has removed it from the API, until a later
-        pass shortens it (ORPHANS_UNSHORTENED)."""
+        pass shortens it (ORPHANS_UNSHORTENED); one listed past that deadline, at ``overdue_until``'s moment for it
+        (see _overdue_stopping)."""
         policy = self._policy
         polls = int(record.extra.get(POLLS, 0))
         evicted = 0
@@ -825,7 +848,7 @@ class Evict:
             extra[ENDING_NAMESPACES] = sorted(ending)
             extra[ENDING_SINCE] = {ns: at.isoformat() for ns, at in ending_since.items() if at is not None}
         if outlasting or ORPHANS_UNSHORTENED in extra:
-            extra = _noted_unshortened(extra, outlasting, shortened, now)
+            extra = _noted_unshortened(extra, outlasting, shortened, now, overdue_until or {})
         if deleting and given:
             # (a deletion this pass gave has that grace from now on, or a shorter one someone else gives later: the
             # next poll that lists it so keeps this moment, or notes its own)
@@ -962,16 +985,24 @@ class Evict:
         # (a pod someone else deletes with a longer grace is asked again with the drain's, as on a node that is there:
         # the API server shortens a deletion in progress; left alone, it held the drain to its own grace, an hour's
         # deletion to the drain's deadline, once podgc removed it from the API)
-        outlasting = podfilter.outlasting(left, cap, now)
-        asked = podfilter.to_evict(pods) + outlasting
         seen = _deleting_seen(record.extra, pods, now)
+        overdue_until = _overdue_stopping(pods, seen, now)
+        # (and so is one listed past its deadline whose kubelet may stop it later than the drain's grace would: its
+        # deletion shortened by someone else to a grace still longer than the cap; counted as stopped within the cap,
+        # as a pod ahead of its deadline asked again is, unless the pass does not shorten it: see _ask_to_leave)
+        late = _overdue_outlasting(pods, overdue_until, cap, now)
+        outlasting = podfilter.outlasting(left, cap, now) + late
+        asked = podfilter.to_evict(pods) + outlasting
         noted = _stopping_until(
             record.extra,
             left,
             cap,
             now,
             shortened={pod.uid for pod in outlasting},
-            overdue=_overdue_stopping(pods, seen, now),
+            overdue=[
+                *(at for uid, at in overdue_until.items() if uid not in {pod.uid for pod in late}),
+                *(now + timedelta(seconds=podfilter.grace_for(pod, cap)) for pod in late),
+            ],
         )
         # (and those a pass did not shorten, at their own deadline, until a pass does: kept apart, see
         # ORPHANS_UNSHORTENED)
@@ -1017,7 +1048,7 @@ class Evict:
         if seen:
             extra[ORPHANS_DELETING] = seen
         record = record.model_copy(update={"extra": extra})
-        if not left and stopping is not None:
+        if not left and not late and stopping is not None:
             # Gone from the API within their grace: podgc force-deleted them once its quarantine was over, while
             # their kubelet, alive, still stops them (it kills a pod removed from the API with its grace): the
             # action is not completed under them until that grace is over, nor past the drain's deadline
@@ -1032,7 +1063,15 @@ class Evict:
             # timeout never counted: they ran on until the instance's end, or podgc's force-delete.
             return self._timed_out(record, now, left, **changes)
         return self._ask_to_leave(
-            record, asked, cap, deadline, now, outlasting=outlasting, deleting=True, **changes
+            record,
+            asked,
+            cap,
+            deadline,
+            now,
+            outlasting=outlasting,
+            overdue_until=overdue_until,
+            deleting=True,
+            **changes,
         )
 
     def _tell(
