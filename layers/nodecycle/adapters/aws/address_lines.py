@@ -155,6 +155,7 @@ class DynamoAddressLines:
                 since=datetime.fromisoformat(lock["M"]["since"]["S"]),
                 tries=int(lock["M"]["tries"]["N"]),
                 next_try=datetime.fromisoformat(lock["M"]["next_try"]["S"]),
+                refused=lock["M"].get("refused", {}).get("BOOL", False),
             )
             for allocation_id, lock in item.get("locked", {}).get("M", {}).items()
         }
@@ -171,6 +172,8 @@ class DynamoAddressLines:
                             "since": {"S": lock.since.isoformat()},
                             "tries": {"N": str(lock.tries)},
                             "next_try": {"S": lock.next_try.isoformat()},
+                            # (absent for a lock: the items written before refusals were remembered read alike)
+                            **({"refused": {"BOOL": True}} if lock.refused else {}),
                         }
                     }
                     for allocation_id, lock in locks.items()

@@ -10,6 +10,14 @@ the item is written over the version read, so two at once tell it once), and the
 its next try, LOCK_RETRY_FIRST after the first refusal, twice as long after each, up to LOCK_RETRY_MAX: an address
 unlocked is released at most that long (and a sweep) after, nothing leaks, and a lock that lasts costs a few calls
 a day. A sweep reads the item once (at its first address to release: none read in a sweep that releases nothing).
+
+The sweep remembers the same way an address EC2 refuses to free for good though no lock is on it (``refused``): a
+denial of ReleaseAddress or DisassociateAddress (the role narrowed, a service control policy's explicit deny; EC2
+answers both UnauthorizedOperation), or DisassociateAddress's documented refusal for the only public IPv4 address
+of a network interface with a public DNS name. Tried at every sweep, it too failed each one, told every 5 minutes
+for ever. Unlike a lock, which only AWS Support lifts, such a refusal is the account's to lift: it is told (an
+error naming the address and EC2's answer, which names the call and the code, and ``EipFailures``) when first met
+and again at each refused try, at the same growing interval: periodically, at most LOCK_RETRY_MAX apart.
 """
 
 from __future__ import annotations
@@ -22,7 +30,7 @@ from typing import Protocol
 
 from nodecycle.domain.eip import release_unassociated
 from nodecycle.domain.errors import TransientError
-from nodecycle.domain.ports.addresses import Address, Addresses, AddressLocked
+from nodecycle.domain.ports.addresses import Address, Addresses, AddressLocked, AddressRefused
 from nodecycle.domain.ports.runtime import Metrics
 
 log = logging.getLogger(__name__)
@@ -42,6 +50,9 @@ class Lock:
     since: datetime
     tries: int
     next_try: datetime
+    refused: bool = (
+        False  # a refusal the account may lift (a denial), not AWS's lock: told at each refused try
+    )
 
 
 @dataclass(frozen=True)
@@ -81,10 +92,9 @@ class LockedReleases:
         # the locks as read for the sweep of one moment (a sweep judges its addresses at one ``now``)
         self._read: tuple[datetime, Locks] | None = None
 
-    def release(self, addresses: Addresses, address: Address, now: datetime) -> bool:
-        """As ``release_unassociated``; but an address remembered locked is tried only once its next try is due,
-        and a lock met is remembered: False for both (kept; no failure of the caller's). The locks are read once
-        for all the calls of one ``now``."""
+    def waits(self, address: Address, now: datetime) -> bool:
+        """Whether the address is remembered locked, or refused, and its next try is not due yet (logged): the
+        caller leaves it as it is. The locks are read once for all the calls of one ``now``."""
         if self._read is None or self._read[0] != now:
             try:
                 self._read = (now, self._locks.locks(self._owner))
@@ -94,15 +104,25 @@ class LockedReleases:
                 log.warning("could not read the addresses AWS locked: %s; releasing as if none were", error)
                 self._read = (now, Locks())
         lock = self._read[1].by.get(address.allocation_id)
-        if lock is not None and now < lock.next_try:
-            log.info(
-                "address %s is locked by AWS (since %s, %d releases refused): tried again at %s",
-                address.public_ip,
-                lock.since.isoformat(timespec="seconds"),
-                lock.tries,
-                lock.next_try.isoformat(timespec="seconds"),
-            )
+        if lock is None or now >= lock.next_try:
             return False
+        log.info(
+            "address %s is %s (since %s, %d tries refused): tried again at %s",
+            address.public_ip,
+            "refused by EC2" if lock.refused else "locked by AWS",
+            lock.since.isoformat(timespec="seconds"),
+            lock.tries,
+            lock.next_try.isoformat(timespec="seconds"),
+        )
+        return True
+
+    def release(self, addresses: Addresses, address: Address, now: datetime) -> bool:
+        """As ``release_unassociated``; but an address remembered locked is tried only once its next try is due,
+        and a lock met is remembered: False for both (kept; no failure of the caller's). The locks are read once
+        for all the calls of one ``now``."""
+        if self.waits(address, now):
+            return False
+        lock = self._read[1].by.get(address.allocation_id) if self._read is not None else None
         try:
             released = release_unassociated(addresses, address.allocation_id)
         except AddressLocked as error:
@@ -110,22 +130,32 @@ class LockedReleases:
             return False
         if released and lock is not None:
             log.warning(
-                "address %s, locked by AWS since %s, is unlocked: released",
+                "address %s, %s since %s, is %s: released",
                 address.public_ip,
+                "refused by EC2" if lock.refused else "locked by AWS",
                 lock.since.isoformat(timespec="seconds"),
+                "allowed" if lock.refused else "unlocked",
             )
         return released
 
-    def met(self, address: Address, now: datetime, error: AddressLocked) -> None:
-        """EC2 refused to release the address, locked: remember it, and tell it if no one has yet."""
+    def met(self, address: Address, now: datetime, error: AddressRefused) -> None:
+        """EC2 refused to free the address (``AddressLocked``: AWS locked it; any other: refused for good, see the
+        module): remember it, and tell it if no one has yet (a lock), or if no one has at this try (a refusal).
+        A meeting before the try remembered is due (two sweeps at once, a schedule delivered twice) changes
+        nothing: the other told it and set its next try."""
+        refused = not isinstance(error, AddressLocked)
         for _ in range(WRITES):
             read = self._locks.locks(self._owner)
             earlier = read.by.get(address.allocation_id)
+            if earlier is not None and now < earlier.next_try:
+                self._read = (now, read)
+                return
             tries = 1 if earlier is None else earlier.tries + 1
             lock = Lock(
                 since=now if earlier is None else earlier.since,
                 tries=tries,
                 next_try=now + retry_after(tries),
+                refused=refused,
             )
             kept = {
                 allocation_id: other
@@ -138,6 +168,20 @@ class LockedReleases:
                 break
         else:
             raise TransientError(f"the locks of {self._owner} changed at each of {WRITES} writes")
+        if refused:
+            self._metrics.count("EipFailures")
+            log.error(
+                "EC2 refuses to free address %s (%d tries refused since %s): %s; it stays as it is until the refusal "
+                "is lifted (the role's policy, a service control policy) or it is freed by hand: tried again at %s, "
+                "then at a growing interval up to %s, and told at each refused try",
+                address.public_ip,
+                tries,
+                lock.since.isoformat(timespec="seconds"),
+                error,
+                lock.next_try.isoformat(timespec="seconds"),
+                LOCK_RETRY_MAX,
+            )
+            return
         if earlier is not None:
             log.warning(
                 "address %s is still locked by AWS (since %s, %d releases refused): tried again at %s",

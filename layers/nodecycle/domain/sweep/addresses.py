@@ -40,6 +40,11 @@ interfaces; then, per address released,
 one DescribeAddresses by its allocation id; and, when it freed any, the wake-up of the first launches waiting
 in their lines (:mod:`nodecycle.domain.eip.wake`: a line read, a record read and a message per waiter woken).
 
+An address EC2 refuses to free for good (a denial, a service control policy's explicit deny, DisassociateAddress's
+refusal for the only public IPv4 address of an interface with a public DNS name), or that AWS locked, is remembered
+(:mod:`nodecycle.domain.eip.locked`): tried again at a growing interval, told when met (a refusal at each refused
+try), and failing no sweep; tried at every sweep, it failed each one, every 5 minutes for ever.
+
 Within the sweep's time (:mod:`.sweep_time`): hundreds of addresses to free (a refresh whose releases failed),
 two or three calls each, throttled and retried, outlast the invocation; the runtime would end it mid-call.
 So an address is started only while time is left, and the rest wait for the next sweep, which lists only what
@@ -118,11 +123,16 @@ class AddressSweep:
                 continue
             try:
                 freed = self._free(address, states, left, now)
-            except (AddressRefused, TransientError) as error:
-                # One address EC2 will not let go (a denial on its tags, say), or throttles past the client's
-                # own retries, must not keep the others from being freed: counted, and the sweep fails once
-                # all were seen.
-                log.error("EC2 refused to free address %s, or did not answer: %s", address.public_ip, error)
+            except AddressRefused as error:
+                # One address EC2 will not let go (a denial on its tags, say) must not keep the others from being
+                # freed: remembered and told, tried again at a growing interval (or, with no memory, counted and
+                # the sweep failed once all were seen)
+                if not self._remembered(address, now, error):
+                    failed += 1
+                continue
+            except TransientError as error:
+                # (throttled past the client's own retries: counted, and the sweep fails once all were seen)
+                log.error("EC2 did not answer for address %s: %s", address.public_ip, error)
                 failed += 1
                 continue
             released += freed == "released"
@@ -206,6 +216,8 @@ class AddressSweep:
                 _on_gone_instance(address, states) or self._left_on_an_interface(address, states, left, now)
             ):
                 return None
+            if self._locked is not None and self._locked.waits(address, now):
+                return None  # (EC2 refused to disassociate it: tried again at its next try)
             # (False: the association ended since the listing, the terminate's own release step came first; a
             # pool address may be claimed again already: not this sweep's return)
             disassociated = self._addresses.disassociate(address.association_id)
@@ -221,6 +233,26 @@ class AddressSweep:
         if address.pool is None and self._expired(address, now) and self._release(address, now):
             return "released"
         return None
+
+    def _remembered(self, address: Address, now: datetime, error: AddressRefused) -> bool:
+        """EC2 refused to free the address for good (a denial, a service control policy, the only public IPv4
+        address of an interface with a public DNS name): remembered and told by ``LockedReleases.met``, tried again
+        at a growing interval, rather than fail every sweep for ever; whether it was. False without a memory, or
+        when it could not be written (the table throttled): then the refusal fails this sweep, as before."""
+        if self._locked is None:
+            log.error("EC2 refused to free address %s: %s", address.public_ip, error)
+            return False
+        try:
+            self._locked.met(address, now, error)
+        except TransientError as unwritten:
+            log.error(
+                "EC2 refused to free address %s: %s; and the refusal could not be remembered: %s",
+                address.public_ip,
+                error,
+                unwritten,
+            )
+            return False
+        return True
 
     def _left_on_an_interface(
         self, address: Address, states: dict[str, str], left: set[str], now: datetime
