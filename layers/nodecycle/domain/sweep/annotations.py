@@ -12,7 +12,7 @@ from nodecycle.domain.ports.lifecycle import RecordStore
 from nodecycle.domain.ports.runtime import Metrics
 from nodecycle.domain.sweep.shared_owner import Foreign, OtherStacks, lifecycle_over
 from nodecycle.domain.sweep.sweep_time import SweepTime
-from nodecycle.domain.sweep.sweeper import Counts, SweepFailed, listed_or_none
+from nodecycle.domain.sweep.sweeper import Counts, SweepFailed, failed_item, listed_or_none
 
 log = logging.getLogger(__name__)
 
@@ -51,7 +51,7 @@ class LeftoverAnnotations:
                 # One node the API server will not patch (an admission webhook denying it, throttling) must
                 # not keep the nodes listed after it annotated, sweep after sweep (the list comes in the same
                 # order): counted, and the sweep fails once all were seen.
-                log.exception("could not clear the leftover annotations of node %s", node.name)
+                failed_item(log, "could not clear the leftover annotations of node %s", node.name)
                 failed += 1
         self._metrics.count("AnnotationsCleared", cleared)
         if failed:

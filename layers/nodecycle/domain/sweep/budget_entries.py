@@ -14,7 +14,7 @@ from nodecycle.domain.ports.budget import SweepableBudget
 from nodecycle.domain.ports.lifecycle import RecordStore
 from nodecycle.domain.sweep.shared_owner import Foreign, OtherStacks, lifecycle_over
 from nodecycle.domain.sweep.sweep_time import SweepTime
-from nodecycle.domain.sweep.sweeper import Counts, SweepFailed, listed_or_none
+from nodecycle.domain.sweep.sweeper import Counts, SweepFailed, failed_item, listed_or_none
 
 log = logging.getLogger(__name__)
 
@@ -108,7 +108,7 @@ class StaleBudgetEntries:
             except Exception:
                 # One wake-up SQS refuses must not keep the other waiters from a freed slot; that waiter
                 # still has its own backoff message. The sweep fails once all were tried.
-                log.exception("could not wake waiter %s for a freed budget slot", waiting)
+                failed_item(log, "could not wake waiter %s for a freed budget slot", waiting)
                 unwoken += 1
         failures = [f"could not {what} (the entries were judged without)" for what in unasked]
         if unread:
@@ -154,7 +154,7 @@ class StaleBudgetEntries:
         try:
             return ask()
         except Exception:
-            log.exception("could not %s for the budget sweep: judged without", what)
+            failed_item(log, "could not %s for the budget sweep: judged without", what)
             unasked.append(what)
             return None
 
@@ -179,8 +179,11 @@ class StaleBudgetEntries:
                 return False
             return over
         except Exception:
-            log.exception(
-                "could not read lifecycle %s of the budget entry of %s: kept", entry.record_id, entry.node
+            failed_item(
+                log,
+                "could not read lifecycle %s of the budget entry of %s: kept",
+                entry.record_id,
+                entry.node,
             )
             unread.append(entry.record_id)
             return False

@@ -31,7 +31,7 @@ from nodecycle.domain.policy import ActionResult
 from nodecycle.domain.ports.lifecycle import Autoscaling, RecordStore
 from nodecycle.domain.ports.runtime import Clock, Metrics
 from nodecycle.domain.sweep.sweep_time import SweepTime
-from nodecycle.domain.sweep.sweeper import Counts, SweepFailed, found_over
+from nodecycle.domain.sweep.sweeper import Counts, SweepFailed, failed_item, found_over
 
 log = logging.getLogger(__name__)
 
@@ -270,7 +270,7 @@ class LifecycleRepair:
                 if unkept or unread:
                     counts["RepairsFailed"] += 1
             except Exception:  # one lifecycle's failure must not stop the repair of the others
-                log.exception("could not repair lifecycle %s", record.id)
+                failed_item(log, "could not repair lifecycle %s", record.id)
                 counts["RepairsFailed"] += 1
             # (one lifecycle counts once, however many of its calls failed: its look, then its heartbeat)
             counts["RepairsFailed"] = min(counts["RepairsFailed"], before + (record.id not in again))

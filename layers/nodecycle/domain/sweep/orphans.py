@@ -42,7 +42,7 @@ from nodecycle.domain.model import WARM_POOL, LifecycleRecord, Transition, globa
 from nodecycle.domain.ports.lifecycle import Autoscaling, ClaimingRecordStore, Hook, WaitingInstance
 from nodecycle.domain.ports.runtime import Metrics
 from nodecycle.domain.sweep.sweep_time import SweepTime
-from nodecycle.domain.sweep.sweeper import Counts, SweepFailed, found_unlisted
+from nodecycle.domain.sweep.sweeper import Counts, SweepFailed, failed_item, found_unlisted
 
 log = logging.getLogger(__name__)
 
@@ -145,7 +145,9 @@ class OrphanedActions:
                 (r.instance_id, r.transition, r.hook, *_held_at(r)) for r in open_records if r.action_open
             }
         except Exception:  # (whatever kept DynamoDB from listing them: logged whole, the sweep fails below)
-            log.exception("could not list the open lifecycles: every held action is kept alive, none adopted")
+            failed_item(
+                log, "could not list the open lifecycles: every held action is kept alive, none adopted"
+            )
             self._keep_every_action_alive(now, time)
         held: list[Orphan] = []
         self._held = (now, held)
@@ -197,7 +199,7 @@ class OrphanedActions:
                     first, before_it = seen[key] = self._seen.get(key, (now, before))
                     held.append(Orphan(waiting, hook, first, before_it))
             except Exception:  # one instance's failure must not stop the others
-                log.exception("could not tell whether a hook of ours holds %s", waiting.instance_id)
+                failed_item(log, "could not tell whether a hook of ours holds %s", waiting.instance_id)
                 unsettled[instance] = before
                 failed += 1
                 self._keep_alive_as_found(waiting)
@@ -305,7 +307,7 @@ class OrphanedActions:
                 still.append(orphan)
                 held.append(orphan)
             except Exception:  # one instance's failure must not stop the others
-                log.exception("could not keep the action of %s alive", orphan.waiting.instance_id)
+                failed_item(log, "could not keep the action of %s alive", orphan.waiting.instance_id)
                 still.append(orphan)
                 failed += 1
         self._orphans = still
@@ -350,7 +352,7 @@ class OrphanedActions:
                 for hook in self._our_hooks(waiting.group, waiting.transition):
                     kept += self._held_by(waiting, hook)
             except Exception:  # one instance's failure must not stop the others
-                log.exception("could not keep the actions holding %s alive", waiting.instance_id)
+                failed_item(log, "could not keep the actions holding %s alive", waiting.instance_id)
                 failed += 1
                 self._keep_alive_as_found(waiting)
         raise SweepFailed(
@@ -389,7 +391,7 @@ class OrphanedActions:
             try:
                 adopted += self._adopt(orphan, now, began)
             except Exception:  # one instance's failure must not stop the others
-                log.exception("could not adopt the action of %s", orphan.waiting.instance_id)
+                failed_item(log, "could not adopt the action of %s", orphan.waiting.instance_id)
                 failed += 1
                 continue
             self._forget(orphan)

@@ -15,7 +15,10 @@ lifecycles:
 
 Each part runs even when another fails, and within a part each lifecycle, node, waiter or address is handled
 even when one before it fails; a failure is logged with its cause and re-raised at the end, so the invocation
-counts as failed.
+counts as failed. A call AWS refuses to the sweeper's role (``AccessRefused``: the role narrowed, a service control
+policy's explicit deny) is no bug and fails every item that needs it alike: logged without a traceback where it is met
+(:func:`failed_item`), and told once per part and sweep, as an error naming the part, the call, the code, AWS's words
+(which name the principal) and how many times it was met, and counted (``SweepPartsRefused{part}``).
 
 Each part works within the invocation's time (:mod:`.sweep_time`): it starts another item only while more than
 a reserve is left (:mod:`.order`). First of all, the open actions at their last chance are settled
@@ -51,10 +54,13 @@ the next sweep may come as late, so what that one would reach too late is done n
 from __future__ import annotations
 
 import logging
+import sys
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import Protocol, overload
 
+from nodecycle.domain.errors import AccessRefused
 from nodecycle.domain.model import LifecycleRecord
 from nodecycle.domain.ports.lifecycle import RecordStore
 from nodecycle.domain.ports.runtime import Clock, Metrics
@@ -66,6 +72,24 @@ log = logging.getLogger(__name__)
 TICK_AHEAD = timedelta(seconds=60)
 
 Counts = dict[str, int]
+
+# The refusals met by the part that runs, for the sweeper to tell once (see failed_item); None outside a sweep's part
+_REFUSALS: ContextVar[list[AccessRefused] | None] = ContextVar("sweep_refusals", default=None)
+
+
+def failed_item(logger: logging.Logger, message: str, *args: object) -> None:
+    """Log the failure being handled (call it in an ``except`` block) of one item of a part, which goes on with the
+    others: with its traceback; but a call AWS refused to the role (``AccessRefused``) in one line, kept for the
+    sweeper to tell once for the part (a denial fails every item that needs the call: a traceback each, every sweep,
+    buried the refusal's words)."""
+    error = sys.exc_info()[1]
+    if not isinstance(error, AccessRefused):
+        logger.exception(message, *args)
+        return
+    logger.warning(message + ": %s", *args, error)
+    refusals = _REFUSALS.get()
+    if refusals is not None:
+        refusals.append(error)
 
 
 class SweepPart(Protocol):
@@ -116,6 +140,7 @@ class Sweeper:
         open_records = OpenLifecycles(lambda: self._records.open_records(self._owner))
         report: Counts = {}
         failed: list[str] = []
+        refused: list[str] = []  # (the parts AWS refused calls to: named in the failure)
         cut_short: list[str] = []
         names = list(self._parts)
         end = SweepEnd()  # (the sweep's end, when a part sets one: every part after it keeps to it)
@@ -126,6 +151,8 @@ class Sweeper:
             time = SweepTime(
                 time_left, self._reserve, held_back=later, late=late, end=end, next_share=next_share
             )
+            refusals: list[AccessRefused] = []
+            met = _REFUSALS.set(refusals)
             try:
                 if not time.enough():
                     raise time.cut_short("not started")
@@ -133,9 +160,20 @@ class Sweeper:
             except OutOfTime as error:
                 log.error("sweep part %s stopped for want of time: %s", name, error)
                 cut_short.append(name)
+            except AccessRefused as error:  # (the part's own call, not an item's: told below)
+                refusals.append(error)
+                failed.append(name)
+            except SweepFailed as error:  # (a part's account of its items, each logged as it failed)
+                log.error("sweep part %s failed: %s", name, error)
+                failed.append(name)
             except Exception:  # isolate the parts: log it whole here, fail the sweep at the end
                 log.exception("sweep part %s failed", name)
                 failed.append(name)
+            finally:
+                _REFUSALS.reset(met)
+            if refusals:
+                refused.append(name)
+                self._tell_refused(name, refusals)
         if open_records.listed is not None:
             report = {"OpenLifecycles": open_records.open_count()} | report
         if scheduled_at is not None:
@@ -145,10 +183,30 @@ class Sweeper:
         log.info("sweep done", extra={"sweep": report})
         if failed or cut_short:
             causes = [f"sweep parts failed: {', '.join(failed)}"] if failed else []
+            if refused:
+                causes.append(f"AWS refused calls to the sweeper's role in: {', '.join(refused)}")
             if cut_short:
                 causes.append(f"cut short for want of time: {', '.join(cut_short)} (the next sweep goes on)")
             raise SweepFailed(f"{'; '.join(causes)} (the others ran)")
         return report
+
+    def _tell_refused(self, part: str, refusals: Sequence[AccessRefused]) -> None:
+        """Tell the refusals one part met, once for each call and code: an error naming the part, the call, the code,
+        AWS's words (the principal refused and by what) and how often; counted once for the part."""
+        by_call: dict[tuple[str, str], list[AccessRefused]] = {}
+        for refusal in refusals:
+            by_call.setdefault((refusal.call, refusal.code), []).append(refusal)
+        for (call, code), met in by_call.items():
+            log.error(
+                "sweep part %s: AWS refused the sweeper's role %s (%s), %d times: %s; tried again at the next sweep "
+                "(lift the denial: the role's policy, a service control policy, a permissions boundary)",
+                part,
+                call,
+                code,
+                len(met),
+                met[0],
+            )
+        self._metrics.count("SweepPartsRefused", part=part)
 
     def _lateness(self, now: datetime, scheduled_at: datetime | None) -> timedelta:
         """How long after its schedule this sweep started (none ahead of it: the clocks differ by milliseconds),
@@ -254,7 +312,9 @@ def listed_or_none(open_records: Sequence[LifecycleRecord], part: str) -> Sequen
     try:
         return list(open_records)
     except Exception:  # (whatever kept DynamoDB from listing them: logged whole)
-        log.exception("could not list the open lifecycles: the %s part reads each lifecycle's record", part)
+        failed_item(
+            log, "could not list the open lifecycles: the %s part reads each lifecycle's record", part
+        )
         return []
 
 
