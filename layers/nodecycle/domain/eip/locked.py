@@ -9,7 +9,8 @@ the address's own tags would need CreateTags, which the functions may use only a
 the item is written over the version read, so two at once tell it once), and the release is tried again only at
 its next try, LOCK_RETRY_FIRST after the first refusal, twice as long after each, up to LOCK_RETRY_MAX: an address
 unlocked is released at most that long (and a sweep) after, nothing leaks, and a lock that lasts costs a few calls
-a day. A sweep reads the item once (at its first address to release: none read in a sweep that releases nothing).
+a day. A sweep reads the item once (at its first address to release or to disassociate: none read in a sweep that frees
+nothing).
 
 The sweep remembers the same way an address EC2 refuses to free for good though no lock is on it (``refused``): a
 denial of ReleaseAddress or DisassociateAddress (the role narrowed, a service control policy's explicit deny; EC2
