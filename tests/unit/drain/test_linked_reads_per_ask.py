@@ -143,3 +143,30 @@ class FailingNodeReads(FakeCluster):
 
     def get_node(self, name: str) -> NodeInfo | None:
         raise TransientError("etcdserver: request timed out")
+
+
+def test_a_drain_over_whose_pods_could_not_be_listed_is_gone_on_from_at_a_later_ask() -> None:
+    # Given a terminate hook waiting in line, and a Spot interruption's drain of its node, over: its cleanup let go
+    # of the node (its version moved), which nothing writes after (the instance's kubelet is gone with it)
+    records, cluster = CountedRecords(), FakeCluster(nodes={NODE: node()})
+    step = acquire_after(records, cluster)
+    record, now = terminating(Step.ACQUIRE_SLOT), T0
+    for _ in range(3):
+        outcome = step(record, now)
+        record, now = asked(record, outcome.changes), now + RETRY
+    drained = spot(Step.DONE, node=NODE, zone="eu-west-1a", drain_started_at=now - RETRY, outcome="drained")
+    records.create(drained)
+    cluster.nodes[NODE] = node(unschedulable=True, released_for=drained.id, resource_version="9")
+
+    # When the list of the node's pods fails at the ask that reads that drain's record (a 5xx, an etcd timing out):
+    # whether pods came back cannot be told, and the hook stays in line
+    cluster.pods_failing = "etcdserver: request timed out"
+    outcome = step(record, now)
+    assert outcome.again
+    record, now = asked(record, outcome.changes), now + RETRY
+
+    # Then at its next ask, the list answering and the node unchanged, the hook goes on from that drain, as when
+    # it read the records at every ask: a failed list decided nothing that the node's version could vouch for
+    cluster.pods_failing = None
+    outcome = step(record, now)
+    assert (outcome.then, outcome.changes["outcome"]) == (Step.COMPLETE, "drained-by:spot-interruption")

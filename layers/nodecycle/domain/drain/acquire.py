@@ -67,7 +67,8 @@ FORCED_SLOT = "forced_slot"  # record.extra key: the slot was taken without room
 LINKED_CAUSES = (Transition.SPOT_INTERRUPTION, Transition.SCHEDULED_CHANGE, Transition.REBALANCE)
 LINKED_POLL_SECONDS = 5
 # record.extra key: the node's version ({"uid", "resource_version"}) as a terminate hook's ask read it before it read
-# the disruptions' records and found no drain of theirs to go on from or wait for. A drain for a disruption claims and
+# the disruptions' records and found no drain of theirs at all (one found, over or not, is looked at again at each ask:
+# whether its node's pods can be listed, or are gone, moves nothing of the node). A drain for a disruption claims and
 # cordons the node (one PATCH, which moves its resourceVersion) before its record says it began, and lets go of it
 # (another) when it is over: a node still unclaimed at that version has no such drain since, and its records are not
 # read again (three strongly consistent reads at each ask, every BudgetRetrySeconds, for the whole wait).
@@ -240,7 +241,7 @@ class AcquireSlot:
         # drained for one is not looked for again; later asks read them after the node, see LINKED_NONE_AT)
         linked_first = record.transition is Transition.TERMINATING and not record.node
         if linked_first:
-            linked = self._linked(record, now)
+            linked, _ = self._linked(record, now)
             if linked is not None:
                 return linked
         if record.transition is Transition.SCHEDULED_CHANGE:
@@ -271,7 +272,7 @@ class AcquireSlot:
         except (TransientError, Refused) as error:
             if record.transition is Transition.TERMINATING and not linked_first:
                 # (a drain for a disruption, over, is gone on from whether or not the node can be read now)
-                linked = self._linked(record, now)
+                linked, _ = self._linked(record, now)
                 if linked is not None:
                     return linked
             return self._unread(record, error, now)
@@ -280,9 +281,14 @@ class AcquireSlot:
             # (the node as read before the disruptions' records: a drain of theirs begun since would move it)
             read_at = _version(node) if node is not None and node_read and not _claimed(node) else None
             if read_at is None or whole or read_at != record.extra.get(LINKED_NONE_AT):
-                linked = self._linked(record, now)
+                linked, drain_found = self._linked(record, now)
                 if linked is not None:
                     return linked
+                if drain_found:
+                    # A drain found and not gone on from (its node's pods could not be listed, or some are on it,
+                    # or it is stuck) is decided again at the next ask: what decided it (a list that failed, pods
+                    # that leave, the drain's end) moves nothing of the node, and its version vouches for nothing
+                    read_at = None
             linked_none_at = read_at
         # (read: a failure after this one counts afresh; the budget's, once the budget answers)
         # (and the wait for another owner, kept by that wait's branch alone)
@@ -778,15 +784,16 @@ class AcquireSlot:
         on a drain's way otherwise."""
         return _gave_back(self._records.get(record.id), record.token, record.received_at)
 
-    def _linked(self, record: LifecycleRecord, now: datetime) -> Outcome | None:
+    def _linked(self, record: LifecycleRecord, now: datetime) -> tuple[Outcome | None, bool]:
         """A terminate hook of an instance that a disruption without a hook (a Spot interruption, a
         rebalance recommendation, scheduled maintenance) drained or is draining: go on past the drain once that
         drain is over, rather than drain the node again (a slot and a wait for nothing). So too while the next
-        maintenance's lifecycle waits on the record for its lead time: the drain for the one before it counts. Only a drain counts: a rebalance recommendation that
-        this stack only cordons for evicted nothing, and the group's terminate hook that usually follows it
+        maintenance's lifecycle waits on the record for its lead time: the drain for the one before it counts. Only
+        a drain counts: a rebalance recommendation that this stack only cordons for evicted nothing, and the group's terminate hook that usually follows it
         must drain the node itself. Nor does a drain over while pods are on the node now (it timed out and
         left them, or the node was uncordoned after a maintenance and filled again, days before this hook):
-        the hook drains the node itself, as if there had been no disruption."""
+        the hook drains the node itself, as if there had been no disruption. With the outcome (None: the slot's ask
+        goes on), whether a drain for a disruption was found (see LINKED_NONE_AT)."""
         ids = {cause: record_id(record.instance_id, cause, "") for cause in LINKED_CAUSES}
         found = self._records.get_many(list(ids.values()))  # (one request for the three)
         for cause in LINKED_CAUSES:
@@ -813,11 +820,11 @@ class AcquireSlot:
                         cause.short,
                         other.drain_started_at,
                     )
-                    return None
+                    return None, True
                 log.info(
                     "instance %s is being drained for a %s: waiting for it", record.instance_id, cause.short
                 )
-                return Outcome.wait(LINKED_POLL_SECONDS)
+                return Outcome.wait(LINKED_POLL_SECONDS), True
             try:
                 back = podfilter.to_evict(self._cluster.pods_on(other.node)) if other.node else []
             except Refused as refusal:
@@ -827,7 +834,7 @@ class AcquireSlot:
                     "instance %s: the pods of its node may not be listed: %s", record.instance_id, refusal
                 )
                 self._metrics.count("EvictionErrors")
-                return None
+                return None, True
             except TransientError as error:
                 # (the lists fail: 5xx, throttled, a continue token expired) Not told either: drained as any node,
                 # whose polls retry failing lists within its timeout, rather than this step retried with the
@@ -835,7 +842,7 @@ class AcquireSlot:
                 log.warning(
                     "instance %s: the pods of its node cannot be listed: %s", record.instance_id, error
                 )
-                return None
+                return None, True
             if back:
                 log.info(
                     "instance %s was drained for a %s, but %d pods are on its node now: draining it again",
@@ -843,7 +850,7 @@ class AcquireSlot:
                     cause.short,
                     len(back),
                 )
-                return None
+                return None, True
             log.info("instance %s was drained for a %s: completing at once", record.instance_id, cause.short)
             # what the plan does after its drain: its address released (the disruption's plan kept it, the
             # instance was still running), then the completion
@@ -853,8 +860,8 @@ class AcquireSlot:
                 node=other.node,
                 node_uid=other.node_uid,
                 zone=other.zone,
-            )
-        return None
+            ), True
+        return None, False
 
 
 class RecordedLifecycles:
