@@ -88,3 +88,41 @@ def test_a_spot_drain_begun_while_the_hook_waits_is_seen_through_the_nodes_versi
     after = server.get_object("nodes", NODE)
     assert after is not None
     assert after["spec"].get("unschedulable") is True
+
+
+def test_a_spot_drain_of_a_deleted_node_is_waited_for_once_the_node_registers_again_unclaimed(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a terminate hook waiting in line, its node's version unchanged since its first asks
+    records = CountedRecords()
+    step = AcquireSlot(
+        finder=NodeFinder(cluster, NoDns()),
+        cluster=cluster,
+        slots=FakeSlots(room=0),
+        dispatcher=wakes_to_nowhere(),
+        policy=policy(),
+        metrics=FakeMetrics(),
+        events=FakeEvents(),
+        records=records,
+    )
+    record, now = terminating(Step.ACQUIRE_SLOT, id=f"{INSTANCE}/terminate/token", instance_id=INSTANCE), T0
+    for _ in range(3):
+        outcome = step(record, now)
+        record, now = asked(record, outcome.changes), now + RETRY
+    before = server.get_object("nodes", NODE)
+    assert before is not None
+
+    # When the node object is deleted, the instance's Spot interruption drains the pods still bound to its name
+    # (nothing to cordon: no PATCH of any node), and its kubelet registers the node again under the same name, not
+    # claimed yet (a new object: its own uid, its version the API server's next)
+    assert server.remove_node(NODE)
+    draining = spot(Step.EVICT, instance_id=INSTANCE, node=NODE, zone="eu-west-1a", drain_started_at=now)
+    records.create(draining)
+    server.add_node(NODE, instance_id=INSTANCE, zone="eu-west-1a")
+    again = server.get_object("nodes", NODE)
+    assert again is not None
+    assert again["metadata"]["uid"] != before["metadata"]["uid"]
+    outcome = step(record, now + timedelta(seconds=1))
+
+    # Then the hook reads the records (the node it kept the version of is gone) and waits for that drain
+    assert (outcome.again, outcome.delay) == (True, 5)
