@@ -19,6 +19,7 @@ import pytest
 from kubernetes import client
 from moto import mock_aws
 
+from nodecycle.domain.model import Transition, record_id
 from nodecycle_cli import cluster, doctor
 from nodecycle_cli.deployment import find
 from nodecycle_cli.doctor import Doctor, released
@@ -128,6 +129,24 @@ def test_a_cordon_kept_for_an_instance_leaving_service_is_no_finding(
     )
 
     assert [f.status for f in found(aws, api, set())] == [Status.OK]
+
+
+@pytest.mark.parametrize("transition", [Transition.REBALANCE, Transition.SPOT_INTERRUPTION])
+def test_a_cordon_kept_until_a_disruption_without_a_hook_comes_is_no_finding(
+    world: tuple[boto3.Session, KubeServer, Any, dict[str, list[str]]], transition: Transition
+) -> None:
+    # Given the node a rebalance recommendation's cordon (or a Spot interruption's drain) left cordoned and marked
+    # released for its lifecycle, done: no watch lifts that cordon, kept on purpose while the instance is still
+    # InService, until EC2 interrupts it (cleanup._coming_back: a disruption without a hook stays cordoned)
+    aws, server, api, instances = world
+    at_risk = instances[GROUP][0]
+    kept(server, at_risk, record_id(at_risk, transition, "event-id"))
+
+    # When the doctor looks at the kept cordons, the stack has no open lifecycle
+    findings = found(aws, api, set())
+
+    # Then it does not tell the operator to uncordon it: no lifecycle was lost
+    assert [f.status for f in findings] == [Status.OK], findings
 
 
 def test_a_node_marked_but_not_cordoned_is_no_finding(

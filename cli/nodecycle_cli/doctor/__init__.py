@@ -25,7 +25,8 @@ with the usual credential chain, the cluster with the kubeconfig. Checked:
   leaves the node alone for up to nine days, each of its drains there given up undrained at its timeout, with a
   NodeClaimedElsewhere event on the node); and no node kept cordoned (nodecycle.io/released-for) for a lifecycle
   the stack has no open record of while its instance is InService in one of its groups (a table deleted with the
-  stack: no watch lifts that cordon);
+  stack: no watch lifts that cordon; a rebalance recommendation's or a Spot interruption's cordon, kept until the
+  instance goes, is not one);
 - each managed group's hooks: present, named in ManagedHooks, a heartbeat timeout long enough for the
   settings (HeartbeatMarginSeconds plus the later of WorkVisibilityTimeoutSeconds and ResumeGraceSeconds + 2,
   and at least how far apart two sweeps may heartbeat an action: SweepIntervalMinutes plus the later of

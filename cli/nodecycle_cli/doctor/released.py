@@ -10,8 +10,10 @@ clears its own owner's claims only, and the mark names no owner).
 
 Listed here: the nodes so marked whose instance is InService in one of this stack's groups while this stack has no
 open lifecycle of that mark. A node whose instance is leaving service (terminating, stopping into its warm pool) is
-kept cordoned on purpose, and one whose lifecycle is still open is that watch's to lift. A warning: the operator who
-knows the instance should serve lifts it.
+kept cordoned on purpose, and one whose lifecycle is still open is that watch's to lift. So is the node of a
+disruption without a hook that the instance is to leave service by (UNTIL_IT_GOES): its cordon is kept while the
+instance is still InService, its lifecycle done, with no watch to lift it. A warning: the operator who knows the
+instance should serve lifts it.
 """
 
 from __future__ import annotations
@@ -19,12 +21,19 @@ from __future__ import annotations
 from collections.abc import Collection, Iterator, Mapping
 from typing import Any
 
+from nodecycle.domain.model import Transition
 from nodecycle.domain.ports.cluster import RELEASED_FOR_ANNOTATION
 from nodecycle_cli.doctor.findings import Finding
 
 CHECK = "cluster.released-cordons"
 SHOWN = 10  # nodes named in the finding (each with its command); the others counted
 _PAGE = 500  # nodes a list call returns at most (a continue token for the rest)
+# The lifecycles (a mark's second part: see model.record_id) whose cordon stays, by design, on a node whose instance
+# is InService: a rebalance recommendation's cordon, kept until EC2 interrupts the instance (if it ever does), and a
+# Spot interruption's drain, two minutes ahead of it (the instance InService in its group until then). Neither has a
+# hook nor a watch after its release (cleanup._coming_back: a disruption that comes stays cordoned): done, its record
+# is no longer open, and the doctor told the operator to uncordon a node nodecycle keeps out of scheduling on purpose.
+UNTIL_IT_GOES = frozenset({Transition.REBALANCE.short, Transition.SPOT_INTERRUPTION.short})
 
 
 def kept_cordons(
@@ -37,7 +46,7 @@ def kept_cordons(
     marked = {
         name: (mark, mark.split("/", 1)[0])
         for name, mark in _marked(client.CoreV1Api(api_client))
-        if mark not in open_lifecycles
+        if mark not in open_lifecycles and _transition(mark) not in UNTIL_IT_GOES
     }
     serving = _in_service(autoscaling, {instance for _, instance in marked.values()}, set(groups))
     left = sorted((name, mark) for name, (mark, instance) in marked.items() if instance in serving)
@@ -73,6 +82,12 @@ def kept_cordons(
             "node.kubernetes.io/exclude-from-external-load-balancers-",
         )
     ]
+
+
+def _transition(mark: str) -> str:
+    """The short name of the transition of the lifecycle a mark names (``i-.../rebalance``); "" when it has none."""
+    parts = mark.split("/")
+    return parts[1] if len(parts) > 1 else ""
 
 
 def _marked(core: Any) -> Iterator[tuple[str, str]]:
