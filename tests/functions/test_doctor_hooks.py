@@ -10,6 +10,7 @@ import pytest
 from moto import mock_aws
 
 from nodecycle_cli.doctor import aws_checks
+from nodecycle_sandbox.aws import autoscaling_names
 
 RULES = aws_checks.HookRules(
     names=("nodecycle-terminate",),
@@ -21,6 +22,7 @@ RULES = aws_checks.HookRules(
 
 @pytest.fixture
 def autoscaling() -> Iterator[Any]:
+    autoscaling_names.install()  # (at most 50 group names a DescribeAutoScalingGroups call, as Auto Scaling)
     with mock_aws():
         client = boto3.client("autoscaling", region_name="eu-west-1")
         client.create_launch_configuration(
@@ -47,8 +49,8 @@ def add_group(autoscaling: Any, name: str) -> None:
 
 
 def test_every_group_of_a_stack_managing_more_than_one_page_of_them_is_checked(autoscaling: Any) -> None:
-    # Given a stack that manages 60 groups, each with its terminate hook: more than the 50 groups that
-    # DescribeAutoScalingGroups answers in one page
+    # Given a stack that manages 60 groups, each with its terminate hook: more than the 50 group names that
+    # DescribeAutoScalingGroups takes in one call, and than the 50 groups it answers in one page
     groups = [f"workers-{i:02d}" for i in range(60)]
     for group in groups:
         add_group(autoscaling, group)

@@ -24,6 +24,7 @@ from nodecycle_cli import cluster, doctor
 from nodecycle_cli.deployment import find
 from nodecycle_cli.doctor import Doctor, released
 from nodecycle_cli.doctor.findings import Finding, Status
+from nodecycle_sandbox.aws import autoscaling_names
 from nodecycle_sandbox.kube import KubeServer
 from nodecycle_sandbox.runner.cfn_yaml import load_template
 from tests.functions.test_doctor_refused_reads import REGION
@@ -37,6 +38,7 @@ GROUP, OTHER = "workers", "theirs"
 @pytest.fixture
 def world(tmp_path: Path) -> Iterator[tuple[boto3.Session, KubeServer, Any, dict[str, list[str]]]]:
     """Two groups of two InService instances each (this stack's, and one it does not manage), a node for each."""
+    autoscaling_names.install()  # (at most 50 group names a DescribeAutoScalingGroups call, as Auto Scaling)
     with mock_aws(), KubeServer(tls=True) as server:
         aws = boto3.Session(region_name=REGION)
         autoscaling = aws.client("autoscaling")
@@ -147,6 +149,24 @@ def test_a_cordon_kept_until_a_disruption_without_a_hook_comes_is_no_finding(
 
     # Then it does not tell the operator to uncordon it: no lifecycle was lost
     assert [f.status for f in findings] == [Status.OK], findings
+
+
+def test_a_stack_of_more_than_50_groups_has_its_kept_cordons_found(
+    world: tuple[boto3.Session, KubeServer, Any, dict[str, list[str]]],
+) -> None:
+    # Given a stack that manages 60 groups (Auto Scaling describes at most 50 names a call), its group workers among
+    # them, and a node of workers kept cordoned for a lifecycle whose record went with the table
+    aws, server, api, instances = world
+    gone = instances[GROUP][0]
+    kept(server, gone, f"{gone}/terminate/old-token")
+    groups = [GROUP, *(f"nodes-{n:02d}" for n in range(59))]
+
+    # When the doctor looks at the kept cordons
+    findings = released.kept_cordons(api, aws.client("autoscaling"), groups, set())
+
+    # Then the node is named, as for a stack of fewer groups
+    assert [f.status for f in findings] == [Status.WARNING], findings
+    assert node(gone) in findings[0].what
 
 
 def test_a_node_marked_but_not_cordoned_is_no_finding(

@@ -520,15 +520,9 @@ class Doctor:
         groups = self._groups()
         if not groups:
             return None
-        pages = (
-            self.client("autoscaling")
-            .get_paginator("describe_auto_scaling_groups")
-            .paginate(AutoScalingGroupNames=groups)
-        )
         return {
             i["InstanceId"]
-            for page in pages
-            for g in page["AutoScalingGroups"]
+            for g in aws_checks.described_groups(self.client("autoscaling"), groups)
             for i in g.get("Instances", [])
         }
 

@@ -4,9 +4,10 @@ queues, and lifecycles that stopped moving."""
 from __future__ import annotations
 
 import fnmatch
+import itertools
 import json
 import shlex
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from datetime import datetime, timedelta
 from typing import Any
@@ -27,6 +28,9 @@ TERMINATING = "autoscaling:EC2_INSTANCE_TERMINATING"
 # checkASGTagBeforeDraining is on, its default): it drains the group's nodes on every terminate lifecycle action its
 # rule sends it, whichever hook, and completes that hook's action (docs/migrating.md)
 NTH_MANAGED_TAG = "aws-node-termination-handler/managed"
+# DescribeAutoScalingGroups' limit on AutoScalingGroupNames: a call naming more is refused, "The number of group names
+# that may be passed in is limited to 50" (a ValidationError; boto/botocore#1444, kubernetes/autoscaler#1228)
+NAMES_PER_CALL = 50
 
 
 @dataclass(frozen=True)
@@ -45,6 +49,16 @@ class HookRules:
 
     def answers(self, hook: str) -> bool:
         return "*" in self.names or hook in self.names
+
+
+def described_groups(autoscaling: Any, names: Iterable[str]) -> Iterator[Any]:
+    """The groups among ``names`` that Auto Scaling knows, as DescribeAutoScalingGroups answers them: at most
+    NAMES_PER_CALL names a call (a stack may manage more groups than that), each call's pages read (50 groups a
+    page)."""
+    paginator = autoscaling.get_paginator("describe_auto_scaling_groups")
+    for batch in itertools.batched(list(dict.fromkeys(names)), NAMES_PER_CALL):
+        for page in paginator.paginate(AutoScalingGroupNames=list(batch)):
+            yield from page["AutoScalingGroups"]
 
 
 def managed_groups(autoscaling: Any, names: Sequence[str], owner: str | None) -> list[str]:
@@ -75,11 +89,7 @@ def hooks(autoscaling: Any, groups: Sequence[str], rules: HookRules) -> list[Fin
                 "nodecycle:owner=<owner id> with ManagedByTag=true)",
             )
         ]
-    # AWS answers 50 groups a page, even for the names asked: the next pages hold the others
-    pages = autoscaling.get_paginator("describe_auto_scaling_groups").paginate(
-        AutoScalingGroupNames=list(groups)
-    )
-    described = {g["AutoScalingGroupName"]: g for page in pages for g in page["AutoScalingGroups"]}
+    described = {g["AutoScalingGroupName"]: g for g in described_groups(autoscaling, groups)}
     existing = set(described)
     findings = []
     for group in groups:
@@ -165,13 +175,9 @@ def instance_owners(autoscaling: Any, ec2: Any, groups: Sequence[str], owner: st
     check = "instances.owner"
     if not groups:
         return [Finding.ok(check, "no managed group")]
-    pages = autoscaling.get_paginator("describe_auto_scaling_groups").paginate(
-        AutoScalingGroupNames=list(groups)
-    )
     mine = {
         g["AutoScalingGroupName"]
-        for page in pages
-        for g in page["AutoScalingGroups"]
+        for g in described_groups(autoscaling, groups)
         if {t["Key"]: t.get("Value") for t in g.get("Tags", [])}.get(OWNER_TAG) in (None, owner)
     }
     names = sorted(mine)

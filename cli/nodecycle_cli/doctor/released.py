@@ -23,6 +23,7 @@ from typing import Any
 
 from nodecycle.domain.model import Transition
 from nodecycle.domain.ports.cluster import RELEASED_FOR_ANNOTATION
+from nodecycle_cli.doctor.aws_checks import described_groups
 from nodecycle_cli.doctor.findings import Finding
 
 CHECK = "cluster.released-cordons"
@@ -110,13 +111,9 @@ def _in_service(autoscaling: Any, instances: set[str], groups: set[str]) -> set[
     and their lifecycle states (the call the doctor's other checks make: no permission more for an operator)."""
     if not instances or not groups:
         return set()
-    pages = autoscaling.get_paginator("describe_auto_scaling_groups").paginate(
-        AutoScalingGroupNames=sorted(groups)
-    )
     return {
         instance["InstanceId"]
-        for page in pages
-        for group in page["AutoScalingGroups"]
+        for group in described_groups(autoscaling, sorted(groups))
         for instance in group.get("Instances", [])
         if instance["InstanceId"] in instances and instance["LifecycleState"] == "InService"
     }

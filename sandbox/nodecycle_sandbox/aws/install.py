@@ -22,6 +22,7 @@ from moto.ec2.responses.instances import InstanceResponse
 
 from nodecycle_sandbox.aws import (
     api,
+    autoscaling_names,
     dynamodb_expressions,
     dynamodb_index_lag,
     dynamodb_items,
@@ -64,6 +65,7 @@ def install() -> None:
     _patch_group()
     _patch_backend()
     _patch_stop_and_start()
+    autoscaling_names.install()  # at most 50 group names a DescribeAutoScalingGroups call (100 with MaxRecords)
     moto_dispatch.install()  # moto's lookups of a request's backend and action, once, not per request
     sqs_timing.install()
     sqs_mapping_polls.install()  # a mapping's long polls gated by its state in Lambda; ended by its runner
