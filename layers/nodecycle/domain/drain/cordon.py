@@ -75,13 +75,21 @@ class Failure:
     retry_after: float | None = None
 
 
+def _its_own_claim(node: NodeInfo, record: LifecycleRecord) -> bool:
+    """Whether the claim on ``node`` is this very lifecycle's: its record id and its token. A lifecycle without a hook
+    (a maintenance, a Spot interruption) shares its record id with the lifecycles of the instance before it on the
+    record (model.record_id names no token for them), and the claim one of them left (its release given up, the
+    sweeper keeping off a record open again) is not a cordon of this one's that landed unrecorded."""
+    return node.lifecycle == record.id and node.progress().get("token") == record.token
+
+
 def _cordoned_at(node: NodeInfo, record: LifecycleRecord, now: datetime) -> datetime:
     """When this lifecycle's own claim cordoned ``node``, if one did that the record does not tell of (its
     answer lost with the connection, its invocation ended after the PATCH; the step retried): the start its
     in-progress annotation carries (the clock as that PATCH was sent, the cordon landing moments later). Else
     ``now``. The slot has been held for the drain since that cordon, and
     its bound (invariant 10) runs from it, not from the retry."""
-    if node.lifecycle != record.id or not node.unschedulable:
+    if not _its_own_claim(node, record) or not node.unschedulable:
         return now
     try:
         started = datetime.fromisoformat(str(node.progress().get("started")))
@@ -244,8 +252,8 @@ class Cordon:
             # landed though its step's commit was lost (its claim on the node, with which the cordon came, the record
             # telling no drain start): its node is disrupted already; asked as untouched, it waited in line behind
             # every untouched node, cordoned, and once granted was dated from that cordon (_cordoned_at): the wait
-            # counted as drain time.
-            again = record.drain_started_at is not None or node.lifecycle == record.id
+            # counted as drain time. (Its own claim: not one an earlier lifecycle on the record left, see _its_own_claim)
+            again = record.drain_started_at is not None or _its_own_claim(node, record)
             request = _slot_request(
                 record, node.name, node.zone, in_progress=again, **_precedence(record, now, self._policy)
             )
