@@ -938,8 +938,10 @@ def test_a_budget_configmap_created_again_seeded_with_another_owners_drain_break
     empty = {"kind": "ConfigMap", "metadata": {"name": BUDGET[1], "namespace": BUDGET[0]}}
     created = HistoryEntry(0, T0 + 3.01, "create", "configmaps", BUDGET[0], BUDGET[1], "api", False, empty)
 
+    claimed = _node(T0 + 0.5, owner="chaos-a", cordoned=True)  # (the drain's claim of the node, as it shows)
+
     def judged(after: HistoryEntry) -> set[str]:
-        return _judged(_observation([before, deleted, created, after], stacks=STACKS_OF))
+        return _judged(_observation([claimed, before, deleted, created, after], stacks=STACKS_OF))
 
     # When chaos-b's first write to it seeds chaos-a's drain in progress as a holder (seed.py: every owner's, as its
     # node shows it), and leaves out the waiter the ConfigMap forgot
@@ -948,3 +950,28 @@ def test_a_budget_configmap_created_again_seeded_with_another_owners_drain_break
     assert "ownership" not in judged(_as(_budget_of(T0 + 4, [seeded], []), "chaos-b"))
     # But that write adding chaos-a's node as a holder not seeded (a grant of another owner's) is one
     assert "ownership" in judged(_as(_budget_of(T0 + 4, [_entry(NODE, "chaos-a", T0 + 4)], []), "chaos-b"))
+
+
+def test_a_seeded_holder_of_another_owner_whose_node_shows_no_claim_of_it_is_a_grant_by_the_writer() -> None:
+    # Given the budget ConfigMap deleted at 3 s and created again empty; chaos-a's node never claimed, or its claim
+    # by chaos-a's drain cleared a minute before (its cleanup)
+    empty = {"kind": "ConfigMap", "metadata": {"name": BUDGET[1], "namespace": BUDGET[0]}}
+    deleted = replace(_budget_of(T0 + 3, []), verb="delete", removed=True)
+    created = HistoryEntry(0, T0 + 3.01, "create", "configmaps", BUDGET[0], BUDGET[1], "api", False, empty)
+    seeded = _as(_budget_of(T0 + 4, [{**_entry(NODE, "chaos-a", T0 + 4), "seeded": True}], []), "chaos-b")
+
+    def judged(*nodes: HistoryEntry) -> set[str]:
+        # (i-1's terminate action from 0.5 s to 1.5 s: its claim cleared at its cleanup, after it)
+        actions = [_terminate(T0 + 1.5, T0 + 0.5)]
+        return _judged(_observation([*nodes, deleted, created, seeded], stacks=STACKS_OF, actions=actions))
+
+    # When chaos-b's first write to it takes chaos-a's node for a holder marked seeded: the seed (domain/budget/seed.py)
+    # takes only the drains in progress the nodes show (owner and in-progress annotations); a holder of a node that
+    # shows none is a grant of another owner's slot, whatever the write marks it, as the judge of precedence reads the
+    # node's claim rather than the request's word
+    claimed = _node(T0 + 1, owner="chaos-a", cordoned=True)
+    assert "ownership" in judged()  # (never claimed)
+    assert "ownership" in judged(replace(claimed, time=T0 - 60), _node(T0 - 59, cordoned=True))
+    # But not while the node shows chaos-a's claim, nor for a claim cleared between the seed's list and its write
+    assert "ownership" not in judged(claimed)
+    assert "ownership" not in judged(claimed, _node(T0 + 2, cordoned=True))

@@ -122,6 +122,10 @@ DRAIN_TAIL_LONGEST = 120.0
 MAINTENANCE_TAIL_LONGEST = FORCE_GRACE + 5.0 + 1.0
 # Times from two processes' clocks (the API server's history, the Auto Scaling emulation's), one machine's
 CLOCK_SLACK = 0.05
+# Seconds a node's claim may have been cleared before a budget write that seeds it as a holder: the seed lists the
+# nodes (one consistent list) before the write, and a cleanup may clear the claim between the two; the list's and the
+# write's read timeouts (adapters/kube/budget.py, 15 s each) bound that
+SEED_LIST_SLACK = 30.0
 # The API server's faults that leave a request undone (a slow answer or a lost response did it); a 409 storm's
 # conflict is one too: a cordon's PATCH it answers is a first try of the drain, whose time runs since
 _NOT_DONE = frozenset(
@@ -460,6 +464,15 @@ def _writers(o: Observation) -> Iterator[Violation]:
     node_of_pod: dict[tuple[str, str], str] = {}
     before: dict[tuple[str, str, str], dict[str, Any]] = {}  # (kind, node, owner) -> entry, as last written
     told: set[str] = set()
+    # node -> the owner its claim names (owner and in-progress annotations) and when it was cleared (None: not yet), as
+    # the node was last written: what a seed of a document created again reads (domain/budget/seed.py)
+    claimed_by: dict[str, tuple[str, float | None]] = {}
+
+    def seeded_from_its_node(node: str, owner: str, at: float) -> bool:
+        claim = claimed_by.get(node)
+        if claim is None or claim[0] != owner:
+            return False
+        return claim[1] is None or at - claim[1] <= SEED_LIST_SLACK
 
     def once(detail: str) -> Iterator[Violation]:
         if detail not in told:
@@ -469,6 +482,13 @@ def _writers(o: Observation) -> Iterator[Violation]:
     for entry in o.history:
         if entry.kind == "Pod" and (node := (entry.object.get("spec") or {}).get("nodeName")):
             node_of_pod[(entry.namespace, entry.name)] = node
+        if entry.kind == "Node":
+            annotations = (entry.object.get("metadata") or {}).get("annotations") or {}
+            claimant = annotations.get(OWNER_ANNOTATION)
+            if not (entry.removed or not claimant or IN_PROGRESS_ANNOTATION not in annotations):
+                claimed_by[entry.name] = (str(claimant), None)
+            elif (claim := claimed_by.get(entry.name)) is not None and claim[1] is None:
+                claimed_by[entry.name] = (claim[0], entry.time)
         doc = _budget_written(entry)
         now = _budget_entries(doc) if doc is not None else None
         writer = _owner_of_user(entry.user, o.stacks) if entry.source == API else None
@@ -492,9 +512,11 @@ def _writers(o: Observation) -> Iterator[Violation]:
                     if owner == writer:
                         continue
                     was = before.get(key)
-                    if was is None and item.get("seeded"):
+                    if was is None and item.get("seeded") and seeded_from_its_node(node, owner, entry.time):
                         # (the first write to a document created again takes every owner's drain in progress as a
-                        # holder, as its node shows it: domain/budget/seed.py; it grants nothing)
+                        # holder, as its node shows it: domain/budget/seed.py; it grants nothing. Only a node that
+                        # shows (or showed, moments before: SEED_LIST_SLACK) that owner's claim: the write's mark alone
+                        # is the product's word, not what it did)
                         continue
                     if was is None:
                         yield from once(f"budget {kind} of {node} ({owner}'s) written by {writer}")
