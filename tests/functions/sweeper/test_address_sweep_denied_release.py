@@ -10,6 +10,7 @@ from datetime import UTC, datetime, timedelta
 import pytest
 
 from nodecycle.adapters.aws.address_lines import DynamoAddressLines
+from nodecycle.domain.eip.locked import Lock
 from nodecycle.domain.ports.addresses import ALLOCATED_AT_TAG, INSTANCE_TAG, OWNER_TAG
 from nodecycle.observability import metrics
 from nodecycle.wiring import sweeper
@@ -60,3 +61,19 @@ def test_an_address_whose_release_is_denied_is_told_once_tried_again_later_and_r
     assert lines.locks(OWNER).by[denied].refused  # (read back as written)
     assert address_sweep(sweeper.settings(), sweeper.shared())(AMPLE).released == 1
     assert addresses() == []
+
+
+def test_the_association_a_refusal_is_of_is_read_back_as_written(stack: Stack) -> None:
+    # Given a disassociation refused (of one association), and a release refused, remembered in the table
+    lines = DynamoAddressLines(stack.table)
+    now = datetime.now(UTC).replace(microsecond=0)
+    kept = {
+        "eipalloc-1": Lock(since=now, tries=2, next_try=now, refused=True, association="eipassoc-1"),
+        "eipalloc-2": Lock(since=now, tries=1, next_try=now, refused=True),
+    }
+
+    # When they are written and read back
+    assert lines.keep_locks(OWNER, kept, 0)
+
+    # Then each reads as written: the association's refusal holds back that association's end only
+    assert dict(lines.locks(OWNER).by) == kept

@@ -128,3 +128,59 @@ def test_two_sweeps_at_once_tell_a_refusal_once() -> None:
     # Then it is told once
     assert metrics.counts["EipFailures"] == 1
     assert ec2.count("release") == 2
+
+
+def test_a_refusal_remembered_for_one_association_does_not_hold_back_the_return_of_a_later_one() -> None:
+    # Given a pool address whose disassociation from a going instance EC2 refused for hours (the only public
+    # IPv4 address of its interface with a public DNS name: a refusal of that association, not of the address)
+    ec2 = FakeAddresses()
+    ec2.launch("i-0000000000000a001", state="shutting-down")
+    address = ec2.add(
+        allocated_for="i-0000000000000a001",
+        pool="spare",
+        allocated_at=T0 - timedelta(days=1),
+        on="i-0000000000000a001",
+    )
+    lines, metrics = FakeLines(), FakeMetrics()
+    ec2.faults["disassociate"] = [AddressRefused(DENIED)] * 5
+    at = T0
+    for _ in range(5):
+        assert not sweep(ec2, lines, metrics, at)
+        at = lines.locks(OWNER).by[address].next_try
+    ec2.faults["disassociate"] = []
+    # And EC2 disassociated it at the termination, a launch claimed it for a new instance, which is going too
+    ec2.terminate("i-0000000000000a001")
+    ec2.launch("i-0000000000000b002")
+    ec2.associate(address, "i-0000000000000b002")
+    ec2.instances["i-0000000000000b002"] = "shutting-down"
+    now = at - LOCK_RETRY_MAX + timedelta(minutes=1)  # (hours before the remembered try)
+
+    # When the sweeper meets the new association
+    assert not sweep(ec2, lines, metrics, now)
+
+    # Then it takes the address back to its pool at once: the refusal remembered was another association's
+    assert ec2.eips[address].association_id is None
+
+
+def test_a_disassociation_refused_does_not_hold_back_the_release_once_ec2_disassociated_the_address() -> None:
+    # Given an address on a going instance whose disassociation EC2 refused (the only public IPv4 address of an
+    # interface with a public DNS name), remembered for hours
+    ec2 = FakeAddresses()
+    ec2.launch("i-0000000000000a001", state="shutting-down")
+    address = ec2.add(
+        allocated_for="i-0000000000000a001", allocated_at=T0 - timedelta(hours=1), on="i-0000000000000a001"
+    )
+    lines, metrics = FakeLines(), FakeMetrics()
+    ec2.faults["disassociate"] = [AddressRefused(DENIED)] * 4
+    at = T0
+    for _ in range(4):
+        assert not sweep(ec2, lines, metrics, at)
+        at = lines.locks(OWNER).by[address].next_try
+    ec2.faults["disassociate"] = []
+
+    # When EC2 disassociated it at the termination, and the next sweep runs (before the remembered try)
+    ec2.terminate("i-0000000000000a001")
+    assert not sweep(ec2, lines, metrics, at - timedelta(hours=1))
+
+    # Then the address is released: ReleaseAddress was never refused
+    assert address not in ec2.eips

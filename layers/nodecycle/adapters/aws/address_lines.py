@@ -156,6 +156,7 @@ class DynamoAddressLines:
                 tries=int(lock["M"]["tries"]["N"]),
                 next_try=datetime.fromisoformat(lock["M"]["next_try"]["S"]),
                 refused=lock["M"].get("refused", {}).get("BOOL", False),
+                association=lock["M"].get("association", {}).get("S"),
             )
             for allocation_id, lock in item.get("locked", {}).get("M", {}).items()
         }
@@ -174,6 +175,8 @@ class DynamoAddressLines:
                             "next_try": {"S": lock.next_try.isoformat()},
                             # (absent for a lock: the items written before refusals were remembered read alike)
                             **({"refused": {"BOOL": True}} if lock.refused else {}),
+                            # (a disassociation refused: that association's; absent for a release's)
+                            **({"association": {"S": lock.association}} if lock.association else {}),
                         }
                     }
                     for allocation_id, lock in locks.items()

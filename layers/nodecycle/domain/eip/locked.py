@@ -54,6 +54,14 @@ class Lock:
     refused: bool = (
         False  # a refusal the account may lift (a denial), not AWS's lock: told at each refused try
     )
+    # (a refusal) the association EC2 refused to end; None: the release refused. A refusal is of one call on the
+    # address as it was: once EC2 ended that association (at the termination) or the address was claimed again,
+    # the memory holds back neither the release nor the new association's end (see ``LockedReleases.waits``)
+    association: str | None = None
+
+    def holds(self, association: str | None) -> bool:
+        """Whether this memory is of the call about to be made: ending ``association`` (None: the release)."""
+        return not self.refused or self.association == association
 
 
 @dataclass(frozen=True)
@@ -93,9 +101,11 @@ class LockedReleases:
         # the locks as read for the sweep of one moment (a sweep judges its addresses at one ``now``)
         self._read: tuple[datetime, Locks] | None = None
 
-    def waits(self, address: Address, now: datetime) -> bool:
-        """Whether the address is remembered locked, or refused, and its next try is not due yet (logged): the
-        caller leaves it as it is. The locks are read once for all the calls of one ``now``."""
+    def waits(self, address: Address, now: datetime, association: str | None = None) -> bool:
+        """Whether the address is remembered locked, or refused the call about to be made (ending
+        ``association``; None: the release), and its next try is not due yet (logged): the caller leaves it as
+        it is. A refusal of another call (another association's end, EC2 disassociated the address since, a
+        launch claimed it again) holds nothing back. The locks are read once for all the calls of one ``now``."""
         if self._read is None or self._read[0] != now:
             try:
                 self._read = (now, self._locks.locks(self._owner))
@@ -105,7 +115,7 @@ class LockedReleases:
                 log.warning("could not read the addresses AWS locked: %s; releasing as if none were", error)
                 self._read = (now, Locks())
         lock = self._read[1].by.get(address.allocation_id)
-        if lock is None or now >= lock.next_try:
+        if lock is None or now >= lock.next_try or not lock.holds(association):
             return False
         log.info(
             "address %s is %s (since %s, %d tries refused): tried again at %s",
@@ -124,6 +134,8 @@ class LockedReleases:
         if self.waits(address, now):
             return False
         lock = self._read[1].by.get(address.allocation_id) if self._read is not None else None
+        if lock is not None and not lock.holds(None):
+            lock = None  # (another association's end refused: not this release's)
         try:
             released = release_unassociated(addresses, address.allocation_id)
         except AddressLocked as error:
@@ -139,15 +151,20 @@ class LockedReleases:
             )
         return released
 
-    def met(self, address: Address, now: datetime, error: AddressRefused) -> None:
+    def met(
+        self, address: Address, now: datetime, error: AddressRefused, association: str | None = None
+    ) -> None:
         """EC2 refused to free the address (``AddressLocked``: AWS locked it; any other: refused for good, see the
         module): remember it, and tell it if no one has yet (a lock), or if no one has at this try (a refusal).
         A meeting before the try remembered is due (two sweeps at once, a schedule delivered twice) changes
-        nothing: the other told it and set its next try."""
+        nothing: the other told it and set its next try. ``association``: the association EC2 refused to end (None:
+        the release); a refusal remembered of another call is a new one, told as such."""
         refused = not isinstance(error, AddressLocked)
         for _ in range(WRITES):
             read = self._locks.locks(self._owner)
             earlier = read.by.get(address.allocation_id)
+            if earlier is not None and refused and not earlier.holds(association):
+                earlier = None
             if earlier is not None and now < earlier.next_try:
                 self._read = (now, read)
                 return
@@ -157,6 +174,7 @@ class LockedReleases:
                 tries=tries,
                 next_try=now + retry_after(tries),
                 refused=refused,
+                association=association if refused else None,
             )
             kept = {
                 allocation_id: other

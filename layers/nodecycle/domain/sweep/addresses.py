@@ -123,11 +123,11 @@ class AddressSweep:
                 continue
             try:
                 freed = self._free(address, states, left, now)
-            except AddressRefused as error:
+            except (AddressRefused, _DisassociationRefused) as refusal:
                 # One address EC2 will not let go (a denial on its tags, say) must not keep the others from being
                 # freed: remembered and told, tried again at a growing interval (or, with no memory, counted and
                 # the sweep failed once all were seen)
-                if not self._remembered(address, now, error):
+                if not self._remembered(address, now, refusal):
                     failed += 1
                 continue
             except TransientError as error:
@@ -216,11 +216,14 @@ class AddressSweep:
                 _on_gone_instance(address, states) or self._left_on_an_interface(address, states, left, now)
             ):
                 return None
-            if self._locked is not None and self._locked.waits(address, now):
-                return None  # (EC2 refused to disassociate it: tried again at its next try)
+            if self._locked is not None and self._locked.waits(address, now, address.association_id):
+                return None  # (EC2 refused to end this association: tried again at its next try)
             # (False: the association ended since the listing, the terminate's own release step came first; a
             # pool address may be claimed again already: not this sweep's return)
-            disassociated = self._addresses.disassociate(address.association_id)
+            try:
+                disassociated = self._addresses.disassociate(address.association_id)
+            except AddressRefused as error:
+                raise _DisassociationRefused(error, address.association_id) from error
             if disassociated:
                 log.warning(
                     "address %s was still associated with %s, whose instance %s is gone: disassociated",
@@ -234,16 +237,23 @@ class AddressSweep:
             return "released"
         return None
 
-    def _remembered(self, address: Address, now: datetime, error: AddressRefused) -> bool:
+    def _remembered(
+        self, address: Address, now: datetime, refusal: AddressRefused | _DisassociationRefused
+    ) -> bool:
         """EC2 refused to free the address for good (a denial, a service control policy, the only public IPv4
         address of an interface with a public DNS name): remembered and told by ``LockedReleases.met``, tried again
         at a growing interval, rather than fail every sweep for ever; whether it was. False without a memory, or
         when it could not be written (the table throttled): then the refusal fails this sweep, as before."""
+        error, association = (
+            (refusal.error, refusal.association)
+            if isinstance(refusal, _DisassociationRefused)
+            else (refusal, None)
+        )
         if self._locked is None:
             log.error("EC2 refused to free address %s: %s", address.public_ip, error)
             return False
         try:
-            self._locked.met(address, now, error)
+            self._locked.met(address, now, error, association)
         except TransientError as unwritten:
             log.error(
                 "EC2 refused to free address %s: %s; and the refusal could not be remembered: %s",
@@ -297,6 +307,16 @@ class AddressSweep:
                 address.allocated_for or "no instance",
             )
         return released
+
+
+class _DisassociationRefused(Exception):
+    """EC2 refused to end the association (its id): remembered as a refusal of that association alone, which ends
+    at the termination or by hand, the address then released or claimed again (not held back by the memory)."""
+
+    def __init__(self, error: AddressRefused, association: str) -> None:
+        super().__init__(str(error))
+        self.error = error
+        self.association = association
 
 
 def _on_an_interface(address: Address) -> bool:
