@@ -4,6 +4,8 @@ once, tried again at its next try only, no sweep failing for it, and released on
 
 from __future__ import annotations
 
+import logging
+from collections.abc import Sequence
 from dataclasses import replace
 from datetime import UTC, datetime, timedelta
 
@@ -11,12 +13,16 @@ import pytest
 
 from nodecycle.adapters.aws.address_lines import DynamoAddressLines
 from nodecycle.domain.eip.locked import Lock
+from nodecycle.domain.model import LifecycleRecord
 from nodecycle.domain.ports.addresses import ALLOCATED_AT_TAG, INSTANCE_TAG, OWNER_TAG
+from nodecycle.domain.sweep.sweep_time import SweepTime
+from nodecycle.domain.sweep.sweeper import Counts, Sweeper, SweepFailed
 from nodecycle.observability import metrics
 from nodecycle.wiring import sweeper
 from nodecycle.wiring.eip import address_sweep
 from tests.functions.eip.conftest import AwsLikeEc2, addresses, allocate, api_calls, deny, ec2
 from tests.support.emf import metric
+from tests.support.fakes import FakeClock, FakeMetrics, InMemoryRecords
 from tests.support.stack import Stack
 from tests.unit.sweeper.test_orphans import AMPLE
 
@@ -77,3 +83,38 @@ def test_the_association_a_refusal_is_of_is_read_back_as_written(stack: Stack) -
 
     # Then each reads as written: the association's refusal holds back that association's end only
     assert dict(lines.locks(OWNER).by) == kept
+
+
+def test_a_listing_of_the_addresses_denied_to_the_sweepers_role_is_told_as_the_part_aws_refused(
+    stack: Stack, ec2: AwsLikeEc2, caplog: pytest.LogCaptureFixture
+) -> None:
+    # Given a sweeper's role EC2 denies DescribeAddresses (the role narrowed, a service control policy)
+    deny(ec2.moto, "DescribeAddresses")
+    swept = address_sweep(sweeper.settings(), sweeper.shared())
+
+    def addresses_part(open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
+        swept(time)
+        return {}
+
+    counted = FakeMetrics()
+    sweep = Sweeper(
+        owner=OWNER,
+        records=InMemoryRecords(),
+        clock=FakeClock(),
+        metrics=counted,
+        parts={"addresses": addresses_part},
+        shares={},
+    )
+
+    # When the sweep runs
+    with (
+        caplog.at_level(logging.INFO),
+        pytest.raises(SweepFailed, match="refused calls to the sweeper's role in: addresses"),
+    ):
+        sweep.sweep(time_left=lambda: 300)
+
+    # Then the part is told refused, as any other part AWS refuses: named, counted, with no traceback
+    assert counted.counts["SweepPartsRefused[part=addresses]"] == 1
+    told = [r.getMessage() for r in caplog.records if r.levelno >= logging.ERROR]
+    assert any("UnauthorizedOperation" in message and "addresses" in message for message in told), told
+    assert not [r for r in caplog.records if r.exc_info is not None]

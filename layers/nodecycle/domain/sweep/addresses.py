@@ -61,7 +61,7 @@ from datetime import datetime, timedelta
 from nodecycle.domain.eip import release_unassociated
 from nodecycle.domain.eip.locked import LockedReleases
 from nodecycle.domain.eip.wake import LineWaker, offers_of
-from nodecycle.domain.errors import TransientError
+from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.ports.addresses import Address, Addresses, AddressInUse, AddressRefused
 from nodecycle.domain.ports.instances import GONE_STATES
 from nodecycle.domain.ports.runtime import Clock, Metrics
@@ -102,7 +102,15 @@ class AddressSweep:
 
     def __call__(self, time: SweepTime) -> AddressSweepReport:
         now = self._clock.now()
-        found = self._addresses.find(self._owner)
+        try:
+            found = self._addresses.find(self._owner)
+        except AddressRefused as error:
+            # The listing denied to the sweeper's role (the role narrowed, a service control policy) stops the part:
+            # told as any part AWS refuses (the sweeper's one line and SweepPartsRefused), not as a bug's traceback
+            cause = error.__cause__
+            if isinstance(cause, AccessRefused):
+                raise cause from cause.__cause__  # (AWS's own answer: the call, the code, its words)
+            raise
         # the instances the addresses are on, and those an address left on a network interface was allocated
         # for (its instance may be gone, the interface outliving it)
         attached = {address.instance_id for address in found if address.instance_id} | {
