@@ -72,6 +72,17 @@ def _deleted_by_someone_else(server: KubeServer, cluster: KubeCluster, grace: in
     return next(p for p in cluster.pods_on(NODE) if p.uid == slow.uid)
 
 
+def _last_on_its_deleted_node(server: KubeServer, cluster: KubeCluster, grace: int) -> PodInfo:
+    """As :func:`_deleted_by_someone_else`, then NODE's object deleted (its instance running) and its other web pods
+    stopped by their kubelet: that slow pod is the last one bound to the node's name."""
+    slow = _deleted_by_someone_else(server, cluster, grace)
+    server.remove_node(NODE)
+    for pod in web_pods(cluster):
+        if pod.uid != slow.uid:
+            cluster.delete_pod(pod, 0)
+    return slow
+
+
 def _evictions_pinned(server: KubeServer, pod: PodInfo) -> None:
     """An admission webhook refuses ``pod``'s evictions (a policy engine's "this pod is not evicted")."""
     server.admission.deny(
@@ -327,11 +338,7 @@ def test_a_deleted_nodes_pod_whose_deletion_someone_else_shortened_into_the_past
     # Given a drain whose node object was deleted while its instance runs, the last of its pods there being deleted by
     # someone else (a rollout, with a grace of 5 minutes), the others stopped by their kubelet
     record, _ = _evicting(cluster)
-    slow = _deleted_by_someone_else(server, cluster, 300)
-    server.remove_node(NODE)
-    for pod in web_pods(cluster):
-        if pod.uid != slow.uid:
-            cluster.delete_pod(pod, 0)
+    slow = _last_on_its_deleted_node(server, cluster, 300)
 
     # When someone else shortens that deletion to 20 s (an operator's kubectl delete --grace-period=20): the API server
     # counts the new deadline from the first delete (rest.BeforeDelete: the old deadline less the old grace, plus the
@@ -368,11 +375,7 @@ def test_a_deleted_nodes_pod_past_its_moved_deadline_with_a_grace_beyond_the_cap
     # someone else with an hour's grace, then shortened by someone else to 20 minutes: the API server counts that
     # deadline from the first delete (rest.BeforeDelete), the kubelet kills the pod with 20 minutes from then
     record, _ = _evicting(cluster)
-    slow = _deleted_by_someone_else(server, cluster, 3600)
-    server.remove_node(NODE)
-    for pod in web_pods(cluster):
-        if pod.uid != slow.uid:
-            cluster.delete_pod(pod, 0)
+    slow = _last_on_its_deleted_node(server, cluster, 3600)
     cluster.delete_pod(slow, 1200)
     shortened = next(p for p in cluster.pods_on(NODE) if p.uid == slow.uid)
     assert shortened.deletion_at is not None
@@ -413,11 +416,7 @@ def test_a_deleted_nodes_pod_past_its_moved_deadline_whose_shortening_is_refused
     # Given the same pod past the deadline the API server moved back (an hour's deletion shortened by someone else to
     # 20 minutes), and an admission webhook that refuses its evictions
     record, _ = _evicting(cluster)
-    slow = _deleted_by_someone_else(server, cluster, 3600)
-    server.remove_node(NODE)
-    for pod in web_pods(cluster):
-        if pod.uid != slow.uid:
-            cluster.delete_pod(pod, 0)
+    slow = _last_on_its_deleted_node(server, cluster, 3600)
     cluster.delete_pod(slow, 1200)
     _evictions_pinned(server, slow)
     shortened = next(p for p in cluster.pods_on(NODE) if p.uid == slow.uid)
