@@ -35,12 +35,9 @@ SEED = {
 RETRY = timedelta(seconds=30)  # BudgetRetrySeconds
 
 
-def test_a_spot_drain_begun_while_the_hook_waits_is_seen_through_the_nodes_version(
-    cluster: KubeCluster, server: KubeServer
-) -> None:
-    # Given a terminate hook waiting in line (no room), its node's version unchanged since its first asks
-    records = CountedRecords()
-    step = AcquireSlot(
+def _asking_with_no_room(cluster: KubeCluster, records: CountedRecords) -> AcquireSlot:
+    """The slot's ask on the real adapter, the budget full, the records counted as it reads them."""
+    return AcquireSlot(
         finder=NodeFinder(cluster, NoDns()),
         cluster=cluster,
         slots=FakeSlots(room=0),
@@ -50,6 +47,14 @@ def test_a_spot_drain_begun_while_the_hook_waits_is_seen_through_the_nodes_versi
         events=FakeEvents(),
         records=records,
     )
+
+
+def test_a_spot_drain_begun_while_the_hook_waits_is_seen_through_the_nodes_version(
+    cluster: KubeCluster, server: KubeServer
+) -> None:
+    # Given a terminate hook waiting in line (no room), its node's version unchanged since its first asks
+    records = CountedRecords()
+    step = _asking_with_no_room(cluster, records)
     record, now = terminating(Step.ACQUIRE_SLOT, id=f"{INSTANCE}/terminate/token", instance_id=INSTANCE), T0
     reads = []
     for _ in range(4):
@@ -95,16 +100,7 @@ def test_a_spot_drain_of_a_deleted_node_is_waited_for_once_the_node_registers_ag
 ) -> None:
     # Given a terminate hook waiting in line, its node's version unchanged since its first asks
     records = CountedRecords()
-    step = AcquireSlot(
-        finder=NodeFinder(cluster, NoDns()),
-        cluster=cluster,
-        slots=FakeSlots(room=0),
-        dispatcher=wakes_to_nowhere(),
-        policy=policy(),
-        metrics=FakeMetrics(),
-        events=FakeEvents(),
-        records=records,
-    )
+    step = _asking_with_no_room(cluster, records)
     record, now = terminating(Step.ACQUIRE_SLOT, id=f"{INSTANCE}/terminate/token", instance_id=INSTANCE), T0
     for _ in range(3):
         outcome = step(record, now)
