@@ -20,6 +20,7 @@ from nodecycle.domain.model import (
     SPOT_ACTION,
     SPOT_WATCH,
     SUCCESSOR,
+    TOKENS_BEFORE,
     DisruptionEvent,
     LifecycleEvent,
     LifecycleRecord,
@@ -1079,6 +1080,10 @@ class Intake:
             return False
         # (EC2's listing as the earlier start's event found it: the start the lifecycle now drains for)
         extra = {key: value for key, value in known.extra.items() if key != MAINTENANCE_LISTED}
+        # (its claim of the node and its budget entries, written under the token it had, stay its own)
+        before = [token for token in known.extra.get(TOKENS_BEFORE) or [] if token != record.token]
+        if known.token != record.token:
+            extra[TOKENS_BEFORE] = [*before, known.token]
         moved = known.model_copy(
             update={
                 "seq": known.seq + 1,

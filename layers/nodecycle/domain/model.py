@@ -253,6 +253,11 @@ SET_ON_NODE = "set_on_node"
 # next maintenance of the instance, which began before the one before it was over): SET_ON_NODE's form. Its
 # claim of the node takes them over, so that its cleanup lifts them once its own maintenance is over.
 KEPT_ON_NODE = "kept_on_node"
+# record.extra key of a maintenance's lifecycle: the tokens it went by before its maintenance was moved earlier (intake's
+# _rescheduled gives it the earlier maintenance's event id, in place, while it waits in line or drains). Its claim of
+# the node, and its budget entries, name the token it had when they were written: still this lifecycle's (see
+# LifecycleRecord.goes_by), not those of a lifecycle over on the record.
+TOKENS_BEFORE = "tokens_before"
 # record.extra key of a maintenance's lifecycle: EC2 listed the maintenance as the instance's scheduled event when
 # intake took it in (DescribeInstanceStatus). Listed then and no more at its drain's due time, it was called off (or
 # carried out): its drain does not begin (see drain.acquire). Absent: EC2 did not list it yet (it may lag AWS Health).
@@ -435,6 +440,13 @@ class LifecycleRecord(ActionRef):
     def done_starts(self) -> frozenset[datetime]:
         """The starts of the maintenances earlier lifecycles on this record were for (DONE_STARTS)."""
         return frozenset(datetime.fromisoformat(str(at)) for at in self.extra.get(DONE_STARTS) or ())
+
+    def goes_by(self, token: object) -> bool:
+        """Whether ``token`` (as a node's claim or a budget entry names it) is this lifecycle's: its token, or one it
+        went by before its maintenance was moved earlier (TOKENS_BEFORE). Another is the token of a lifecycle before
+        it on the record (one record per instance and cause: the next maintenance starts over on it under its own)."""
+        before = self.extra.get(TOKENS_BEFORE)
+        return token == self.token or (isinstance(before, list) and token in before)
 
     @property
     def successor(self) -> LifecycleRecord | None:

@@ -877,9 +877,10 @@ class RecordedLifecycles:
     def over(self, record_id: str, token: object) -> bool:
         """Whether the lifecycle of ``token`` on the record ``record_id`` (as a node's claim names it) is over: its
         record finished or gone (expired), or another lifecycle started over on it since (the next maintenance of
-        the instance, under a new token). A lifecycle at its cleanup is not over: it lets go of its node there."""
+        the instance, under a new token; not one it went by itself before its maintenance was moved earlier, see
+        LifecycleRecord.goes_by). A lifecycle at its cleanup is not over: it lets go of its node there."""
         current = self._records.get(record_id)
-        return current is None or current.finished or current.token != token
+        return current is None or current.finished or not current.goes_by(token)
 
     def drains(self, owner: str) -> list[DrainInProgress]:
         """``owner``'s lifecycles at their evictions, each the drain of the node its record names (one query of

@@ -80,7 +80,7 @@ def _its_own_claim(node: NodeInfo, record: LifecycleRecord) -> bool:
     (a maintenance, a Spot interruption) shares its record id with the lifecycles of the instance before it on the
     record (model.record_id names no token for them), and the claim one of them left (its release given up, the
     sweeper keeping off a record open again) is not a cordon of this one's that landed unrecorded."""
-    return node.lifecycle == record.id and node.progress().get("token") == record.token
+    return node.lifecycle == record.id and record.goes_by(node.progress().get("token"))
 
 
 def _cordoned_at(node: NodeInfo, record: LifecycleRecord, now: datetime) -> datetime:

@@ -321,4 +321,5 @@ def listed_or_none(open_records: Sequence[LifecycleRecord], part: str) -> Sequen
 def record_over(record: LifecycleRecord | None, token: str | None = None) -> bool:
     """Whether a lifecycle whose record reads ``record`` (None: missing) is over (see
     :func:`.shared_owner.lifecycle_over`)."""
-    return record is None or record.finished or (token is not None and record.token != token)
+    # (a token the lifecycle went by before its maintenance was moved earlier is its own: see LifecycleRecord.goes_by)
+    return record is None or record.finished or (token is not None and not record.goes_by(token))
