@@ -258,6 +258,9 @@ KEPT_ON_NODE = "kept_on_node"
 # the node, and its budget entries, name the token it had when they were written: still this lifecycle's (see
 # LifecycleRecord.goes_by), not those of a lifecycle over on the record.
 TOKENS_BEFORE = "tokens_before"
+# The mark a maintenance's successor adds to its event id when the lifecycle before it on the record went by that id
+# (see LifecycleRecord.followed_by): two lifecycles of one record never share a token.
+FOLLOWING = "/next"
 # record.extra key of a maintenance's lifecycle: EC2 listed the maintenance as the instance's scheduled event when
 # intake took it in (DescribeInstanceStatus). Listed then and no more at its drain's due time, it was called off (or
 # carried out): its drain does not begin (see drain.acquire). Absent: EC2 did not list it yet (it may lag AWS Health).
@@ -466,6 +469,12 @@ class LifecycleRecord(ActionRef):
             return later
         if self.transition is not Transition.SCHEDULED_CHANGE:
             return later
+        # (a maintenance this lifecycle was moved earlier from follows it under the event id this one had then,
+        # which its claim of the node and its budget entries may name still, left by a release given up: the
+        # successor goes by a token of its own, so those read as this lifecycle's, over, not as the successor's)
+        token = later.token
+        while self.goes_by(token):
+            token = f"{token}{FOLLOWING}"
         starts = sorted({*self.done_starts, self.global_deadline} - {later.global_deadline})
         extra = {**later.extra, DONE_STARTS: [at.isoformat() for at in starts]}
         drained = self.extra.get(EARLIER_DRAIN)
@@ -482,7 +491,7 @@ class LifecycleRecord(ActionRef):
         kept = kept or self.extra.get(KEPT_ON_NODE)
         if isinstance(kept, dict):
             extra[KEPT_ON_NODE] = kept
-        return later.model_copy(update={"extra": extra})
+        return later.model_copy(update={"token": token, "extra": extra})
 
     def overdue(self, now: datetime, grace: timedelta) -> bool:
         """True when the message for this seq should have run long ago: it was probably lost."""
