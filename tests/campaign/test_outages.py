@@ -308,3 +308,68 @@ def test_a_detached_policy_leaves_its_roles_functions_the_logging_policy_only_un
     # and put back, they have what they had
     lift()
     assert {f: sources(f) for f in function_roles} == before
+
+
+def _refusing_outages(refusals: int) -> tuple[Outages, list[str]]:
+    """Outages of one ``budget-recreated`` whose setting the API server refuses ``refusals`` times (a webhook of
+    the ConfigMap down: a 500), then lets through; what was tried is listed."""
+    tried: list[str] = []
+    outages = Outages(
+        box=None,  # type: ignore[arg-type]
+        runners={},
+        owners={"a": "chaos-a"},
+        stacks=("a",),
+        faults=(Fault("f1", "budget-recreated", "nodecycle/nodecycle-budget", start=0.0, stop=30.0),),
+        armed=time.monotonic(),
+        budget=("nodecycle", "nodecycle-budget", "budget.json"),
+    )
+
+    def setting(fault: Fault) -> tuple[str, Any]:
+        tried.append(fault.id)
+        if len(tried) <= refusals:
+            raise RuntimeError("(500) Internal error occurred: failed calling webhook")
+        return "the budget ConfigMap deleted and created again", lambda: None
+
+    outages._set = setting  # type: ignore[method-assign]
+    return outages, tried
+
+
+def test_an_outage_whose_setting_was_refused_is_tried_again_at_the_next_looks_until_it_is_set() -> None:
+    # Given a budget re-creation the API server refuses twice (its ConfigMap's webhook down for a while)
+    outages, tried = _refusing_outages(refusals=2)
+
+    # When the story runs long enough for a few looks
+    with outages.timed():
+        deadline = time.monotonic() + 10
+        while not outages.firings and time.monotonic() < deadline:
+            time.sleep(0.05)
+
+    # Then it was tried again, as an operator reruns the command, and set at the third try
+    assert tried == ["f1", "f1", "f1"]
+    assert [f.kind for f in outages.firings] == ["budget-recreated"]
+    assert outages.unset == []
+    # and the refusal told once, not at every look
+    assert sum("setting it failed" in note for note in outages.notes) == 1
+
+
+def test_an_outage_never_set_before_the_story_ended_is_named_with_why_and_in_the_campaigns_summary() -> None:
+    # Given a budget re-creation the API server refuses for the whole story
+    outages, tried = _refusing_outages(refusals=1_000)
+
+    # When the story ends after a few looks
+    with outages.timed():
+        time.sleep(1.0)
+
+    # Then it was tried at each look, never fired, and named as never set with the last refusal
+    assert len(tried) >= 2
+    assert outages.firings == []
+    assert outages.unset == [
+        "f1 budget-recreated: RuntimeError: (500) Internal error occurred: failed calling webhook"
+    ]
+    assert any(note.startswith("outages never set: f1 budget-recreated") for note in outages.notes)
+    # and the campaign's summary names it: a seed that drew it does not pass for having covered it
+    from nodecycle_sandbox.chaos.campaign import CampaignReport
+
+    report = CampaignReport(seed=712, unset=[f"s712-2: {what}" for what in outages.unset])
+    assert "outages drawn but never set: 1" in report.summary()
+    assert "s712-2: f1 budget-recreated: RuntimeError" in report.summary()

@@ -65,6 +65,8 @@ class CampaignReport:
     violations: Counter[str] = field(default_factory=Counter)
     findings: list[Finding] = field(default_factory=list)
     errors: list[str] = field(default_factory=list)  # scenarios that could not be set up or run
+    # The drawn outages never set ("<scenario>: <id> <kind>: <why>"): what the faults' counts do not cover
+    unset: list[str] = field(default_factory=list)
 
     @property
     def ok(self) -> bool:
@@ -85,6 +87,9 @@ class CampaignReport:
             for kind in CLUSTER_KINDS
             if self.faults[kind]
         ]
+        if self.unset:  # (drawn, never set: the counts above do not cover them)
+            lines.append(f"  outages drawn but never set: {len(self.unset)}")
+            lines += [f"    {what}" for what in self.unset]
         if self.ec2_lagged:
             lines.append(f"  EC2 reads and calls that met its lag: {self.ec2_lagged}")
         lines.append(f"  violations: {sum(self.violations.values())}")
@@ -174,6 +179,7 @@ def _run(
             report.by_kind[scenario.kind] += 1
             report.faults.update(f.kind for f in observation.firings)
             report.ec2_lagged += len(observation.ec2_lagged)
+            report.unset += [f"{scenario.name}: {what}" for what in observation.unset]
             progress(_line(observation, found))
             if not found:
                 continue
@@ -228,6 +234,7 @@ def _run_in_worlds(
         report.violations.update(share.violations)
         report.findings += share.findings
         report.errors += share.errors
+        report.unset += share.unset
         report.startup_seconds = max(report.startup_seconds, share.startup_seconds)
     report.findings.sort(key=lambda f: f.scenario.index)
     report.seconds = time.monotonic() - began

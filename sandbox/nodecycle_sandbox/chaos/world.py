@@ -183,6 +183,7 @@ class Observation:
     ec2_lagged: list[str] = field(default_factory=list)  # what the functions' lagging EC2 reads met
     notes: list[str] = field(default_factory=list)
     forged: list[str] = field(default_factory=list)  # the forged and replayed messages sent (plan.Forgery)
+    unset: list[str] = field(default_factory=list)  # the drawn outages never set, with why (Outages.unset)
     # Addresses AWS locked (eip-locked): allocation id -> (when locked, when the lock was lifted; None: never)
     locked: dict[str, tuple[float, float | None]] = field(default_factory=dict)
     phases: list[tuple[str, float]] = field(default_factory=list)  # where the seconds went
@@ -437,6 +438,7 @@ class ScenarioRun:
                 ec2_lagged=lagged,
                 notes=self.notes,
                 forged=self.forged,
+                unset=list(outages.unset),
                 locked=dict(self.locked),
                 stacks={runner.stack_name: owner_of(stack) for stack, runner in self.world.runners.items()},
             )
