@@ -18,7 +18,10 @@ even when one before it fails; a failure is logged with its cause and re-raised 
 counts as failed. A call AWS refuses to the sweeper's role (``AccessRefused``: the role narrowed, a service control
 policy's explicit deny) is no bug and fails every item that needs it alike: logged without a traceback where it is met
 (:func:`failed_item`), and told once per part and sweep, as an error naming the part, the call, the code, AWS's words
-(which name the principal) and how many times it was met, and counted (``SweepPartsRefused{part}``).
+(which name the principal) and how many times it was met, and counted (``SweepPartsRefused{part}``). A transient
+failure of the cluster or AWS (``TransientError``: the API server's 500 "etcdserver: request timed out", throttling
+past the client's retries) is no bug either, and passes by itself: one line where it is met, then one warning for the
+part naming it and how often, counted (``SweepPartsUnavailable{part}``), not a traceback at every sweep.
 
 Each part works within the invocation's time (:mod:`.sweep_time`): it starts another item only while more than
 a reserve is left (:mod:`.order`). First of all, the open actions at their last chance are settled
@@ -60,7 +63,7 @@ from contextvars import ContextVar
 from datetime import datetime, timedelta
 from typing import Protocol, overload
 
-from nodecycle.domain.errors import AccessRefused
+from nodecycle.domain.errors import AccessRefused, TransientError
 from nodecycle.domain.model import LifecycleRecord
 from nodecycle.domain.ports.lifecycle import RecordStore
 from nodecycle.domain.ports.runtime import Clock, Metrics
@@ -75,6 +78,8 @@ Counts = dict[str, int]
 
 # The refusals met by the part that runs, for the sweeper to tell once (see failed_item); None outside a sweep's part
 _REFUSALS: ContextVar[list[AccessRefused] | None] = ContextVar("sweep_refusals", default=None)
+# Likewise the transient failures (a 5xx, throttling past the client's retries) met by the part that runs
+_UNAVAILABLE: ContextVar[list[TransientError] | None] = ContextVar("sweep_unavailable", default=None)
 
 
 def failed_item(logger: logging.Logger, message: str, *args: object) -> None:
@@ -83,13 +88,19 @@ def failed_item(logger: logging.Logger, message: str, *args: object) -> None:
     sweeper to tell once for the part (a denial fails every item that needs the call: a traceback each, every sweep,
     buried the refusal's words)."""
     error = sys.exc_info()[1]
-    if not isinstance(error, AccessRefused):
-        logger.exception(message, *args)
+    if isinstance(error, AccessRefused):
+        logger.warning(message + ": %s", *args, error)
+        refusals = _REFUSALS.get()
+        if refusals is not None:
+            refusals.append(error)
         return
-    logger.warning(message + ": %s", *args, error)
-    refusals = _REFUSALS.get()
-    if refusals is not None:
-        refusals.append(error)
+    if isinstance(error, TransientError):  # (the server's or AWS's failure for now: its words say it all)
+        logger.warning(message + ": %s", *args, error)
+        unavailable = _UNAVAILABLE.get()
+        if unavailable is not None:
+            unavailable.append(error)
+        return
+    logger.exception(message, *args)
 
 
 class SweepPart(Protocol):
@@ -152,7 +163,9 @@ class Sweeper:
                 time_left, self._reserve, held_back=later, late=late, end=end, next_share=next_share
             )
             refusals: list[AccessRefused] = []
+            transients: list[TransientError] = []
             met = _REFUSALS.set(refusals)
+            met_transient = _UNAVAILABLE.set(transients)
             try:
                 if not time.enough():
                     raise time.cut_short("not started")
@@ -163,6 +176,9 @@ class Sweeper:
             except AccessRefused as error:  # (the part's own call, not an item's: told below)
                 refusals.append(error)
                 failed.append(name)
+            except TransientError as error:  # (likewise: the cluster's or AWS's failure for now, told below)
+                transients.append(error)
+                failed.append(name)
             except SweepFailed as error:  # (a part's account of its items, each logged as it failed)
                 log.error("sweep part %s failed: %s", name, error)
                 failed.append(name)
@@ -171,9 +187,12 @@ class Sweeper:
                 failed.append(name)
             finally:
                 _REFUSALS.reset(met)
+                _UNAVAILABLE.reset(met_transient)
             if refusals:
                 refused.append(name)
                 self._tell_refused(name, refusals)
+            if transients:
+                self._tell_unavailable(name, transients)
         if open_records.listed is not None:
             report = {"OpenLifecycles": open_records.open_count()} | report
         if scheduled_at is not None:
@@ -207,6 +226,17 @@ class Sweeper:
                 met[0],
             )
         self._metrics.count("SweepPartsRefused", part=part)
+
+    def _tell_unavailable(self, part: str, met: Sequence[TransientError]) -> None:
+        """Tell the transient failures one part met (the API server's 5xx, throttling past the client's retries), once:
+        a warning naming the part, the first failure's words and how often; counted once for the part."""
+        log.warning(
+            "sweep part %s: the cluster or AWS failed for now, %d times: %s; tried again at the next sweep",
+            part,
+            len(met),
+            met[0],
+        )
+        self._metrics.count("SweepPartsUnavailable", part=part)
 
     def _lateness(self, now: datetime, scheduled_at: datetime | None) -> timedelta:
         """How long after its schedule this sweep started (none ahead of it: the clocks differ by milliseconds),
