@@ -40,7 +40,7 @@ def test_a_server_error_of_the_cluster_in_the_budget_part_is_one_warning_naming_
         stale([])  # (the entries judged: the nodes listed first)
         raise TransientError(ETCD)
 
-    world.budget.sweep = unread  # type: ignore[method-assign]
+    world.budget.sweep = unread  # type: ignore[method-assign,assignment]
 
     def addresses(open_records: Sequence[LifecycleRecord], now: datetime, time: SweepTime) -> Counts:
         ran.append("addresses")
