@@ -490,9 +490,13 @@ def test_a_node_back_from_the_warm_pool_keeps_the_cordon_and_the_label_nodecycle
     CoreV1Api(server.api_client()).patch_node(
         NODE, {"spec": {"unschedulable": True}, "metadata": {"labels": {EXCLUDE_LB_LABEL: "true"}}}
     )
+    server.settle()  # (the node lifecycle controller's taint of the cordoned node written)
     # When nodecycle drains it for a scale-in into the warm pool, and cleans up after the completion
     record = draining(Step.CORDON, destination="WarmPool")
     claimed = cordon(cluster)(record, T0)
+    if claimed.again:  # (the node written between the cordon's read and its patch, a kubelet's status: 409)
+        claimed = cordon(cluster)(record.model_copy(update=claimed.changes), T0)
+    assert not claimed.again, claimed
     back = FakeAutoscaling(states={INSTANCE: "Pending"})  # and the instance is taken out of the pool again
     cleaned_up_once_its_kubelet_runs(
         cleanup(cluster, FakeSlots(holders={NODE}, held_for={NODE: record.id}), back),
