@@ -51,8 +51,9 @@ class Lock:
     since: datetime
     tries: int
     next_try: datetime
-    # a refusal the account may lift (a denial), not AWS's lock: told at each refused try
-    refused: bool = False
+    refused: bool = (
+        False  # a refusal the account may lift (a denial), not AWS's lock: told at each refused try
+    )
     # (a refusal) the association EC2 refused to end; None: the release refused. A refusal is of one call on the
     # address as it was: once EC2 ended that association (at the termination) or the address was claimed again,
     # the memory holds back neither the release nor the new association's end (see ``LockedReleases.waits``)
@@ -105,8 +106,16 @@ class LockedReleases:
         ``association``; None: the release), and its next try is not due yet (logged): the caller leaves it as
         it is. A refusal of another call (another association's end, EC2 disassociated the address since, a
         launch claimed it again) holds nothing back. The locks are read once for all the calls of one ``now``."""
-        lock = self._remembered(address, now, association)
-        if lock is None or now >= lock.next_try:
+        if self._read is None or self._read[0] != now:
+            try:
+                self._read = (now, self._locks.locks(self._owner))
+            except TransientError as error:
+                # (the table throttled: the release is tried as if nothing were remembered, rather than keep a leak
+                # from being released; a lock met then is remembered, or its write fails the caller as EC2's would)
+                log.warning("could not read the addresses AWS locked: %s; releasing as if none were", error)
+                self._read = (now, Locks())
+        lock = self._read[1].by.get(address.allocation_id)
+        if lock is None or now >= lock.next_try or not lock.holds(association):
             return False
         log.info(
             "address %s is %s (since %s, %d tries refused): tried again at %s",
@@ -118,27 +127,15 @@ class LockedReleases:
         )
         return True
 
-    def _remembered(self, address: Address, now: datetime, association: str | None) -> Lock | None:
-        """The memory of ``address`` that holds for the call about to be made (see ``Lock.holds``), as read for
-        ``now``: read once for all the calls of one ``now``."""
-        if self._read is None or self._read[0] != now:
-            try:
-                self._read = (now, self._locks.locks(self._owner))
-            except TransientError as error:
-                # (the table throttled: the release is tried as if nothing were remembered, rather than keep a leak
-                # from being released; a lock met then is remembered, or its write fails the caller as EC2's would)
-                log.warning("could not read the addresses AWS locked: %s; releasing as if none were", error)
-                self._read = (now, Locks())
-        lock = self._read[1].by.get(address.allocation_id)
-        return lock if lock is not None and lock.holds(association) else None
-
     def release(self, addresses: Addresses, address: Address, now: datetime) -> bool:
         """As ``release_unassociated``; but an address remembered locked is tried only once its next try is due,
         and a lock met is remembered: False for both (kept; no failure of the caller's). The locks are read once
         for all the calls of one ``now``."""
         if self.waits(address, now):
             return False
-        lock = self._remembered(address, now, None)  # (another association's end refused: not this release's)
+        lock = self._read[1].by.get(address.allocation_id) if self._read is not None else None
+        if lock is not None and not lock.holds(None):
+            lock = None  # (another association's end refused: not this release's)
         try:
             released = release_unassociated(addresses, address.allocation_id)
         except AddressLocked as error:
