@@ -76,9 +76,10 @@ TICK_AHEAD = timedelta(seconds=60)
 
 Counts = dict[str, int]
 
-# The failures for now met by the part that runs (AWS's refusals among them: AccessRefused is a TransientError), for the
-# sweeper to tell once (see failed_item); None outside a sweep's part
-_MET: ContextVar[list[TransientError] | None] = ContextVar("sweep_met", default=None)
+# The refusals met by the part that runs, for the sweeper to tell once (see failed_item); None outside a sweep's part
+_REFUSALS: ContextVar[list[AccessRefused] | None] = ContextVar("sweep_refusals", default=None)
+# Likewise the transient failures (a 5xx, throttling past the client's retries) met by the part that runs
+_UNAVAILABLE: ContextVar[list[TransientError] | None] = ContextVar("sweep_unavailable", default=None)
 
 
 def failed_item(logger: logging.Logger, message: str, *args: object) -> None:
@@ -87,12 +88,17 @@ def failed_item(logger: logging.Logger, message: str, *args: object) -> None:
     sweeper to tell once for the part (a denial fails every item that needs the call: a traceback each, every sweep,
     buried the refusal's words)."""
     error = sys.exc_info()[1]
-    # (a refusal, or the server's or AWS's failure for now: its words say it all)
-    if isinstance(error, TransientError):
+    if isinstance(error, AccessRefused):
         logger.warning(message + ": %s", *args, error)
-        met = _MET.get()
-        if met is not None:
-            met.append(error)
+        refusals = _REFUSALS.get()
+        if refusals is not None:
+            refusals.append(error)
+        return
+    if isinstance(error, TransientError):  # (the server's or AWS's failure for now: its words say it all)
+        logger.warning(message + ": %s", *args, error)
+        unavailable = _UNAVAILABLE.get()
+        if unavailable is not None:
+            unavailable.append(error)
         return
     logger.exception(message, *args)
 
@@ -156,8 +162,10 @@ class Sweeper:
             time = SweepTime(
                 time_left, self._reserve, held_back=later, late=late, end=end, next_share=next_share
             )
-            met: list[TransientError] = []
-            meeting = _MET.set(met)
+            refusals: list[AccessRefused] = []
+            transients: list[TransientError] = []
+            met = _REFUSALS.set(refusals)
+            met_transient = _UNAVAILABLE.set(transients)
             try:
                 if not time.enough():
                     raise time.cut_short("not started")
@@ -165,9 +173,11 @@ class Sweeper:
             except OutOfTime as error:
                 log.error("sweep part %s stopped for want of time: %s", name, error)
                 cut_short.append(name)
-            # (the part's own call, not an item's: a refusal or a failure for now, told below)
-            except TransientError as error:
-                met.append(error)
+            except AccessRefused as error:  # (the part's own call, not an item's: told below)
+                refusals.append(error)
+                failed.append(name)
+            except TransientError as error:  # (likewise: the cluster's or AWS's failure for now, told below)
+                transients.append(error)
                 failed.append(name)
             except SweepFailed as error:  # (a part's account of its items, each logged as it failed)
                 log.error("sweep part %s failed: %s", name, error)
@@ -176,9 +186,8 @@ class Sweeper:
                 log.exception("sweep part %s failed", name)
                 failed.append(name)
             finally:
-                _MET.reset(meeting)
-            refusals = [error for error in met if isinstance(error, AccessRefused)]
-            transients = [error for error in met if not isinstance(error, AccessRefused)]
+                _REFUSALS.reset(met)
+                _UNAVAILABLE.reset(met_transient)
             if refusals:
                 refused.append(name)
                 self._tell_refused(name, refusals)
